@@ -1,0 +1,82 @@
+"""Exceptions raised by context-engine.
+
+The tree::
+
+    ContextEngineError
+    ├── InvalidMessageError (ValueError)        a message breaks the model's rules
+    ├── ConfigurationError (ValueError)         a setting cannot work
+    ├── BlockingCallInEventLoopError (RuntimeError)
+    │                                           a ``*_sync`` twin called inside a running loop
+    ├── CompactionError (RuntimeError)          the pipeline failed; ``.view`` is usable
+    └── SummarizerError (RuntimeError)          a summarizer failed or returned nothing usable
+
+Every error is a ``ContextEngineError``; where a builtin fits, it is a subclass of
+that builtin too, so existing ``except ValueError`` code keeps working.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from context_engine.messages import Message
+
+__all__ = [
+    "BlockingCallInEventLoopError",
+    "CompactionError",
+    "ConfigurationError",
+    "ContextEngineError",
+    "InvalidMessageError",
+    "SummarizerError",
+]
+
+
+class ContextEngineError(Exception):
+    """Base class of every error context-engine raises on purpose."""
+
+
+class InvalidMessageError(ContextEngineError, ValueError):
+    """A message, block or transcript breaks the message model.
+
+    Attributes:
+        index: Position of the offending message in the transcript, when known.
+    """
+
+    def __init__(self, message: str, *, index: int | None = None) -> None:
+        where = f"message {index}: " if index is not None else ""
+        super().__init__(where + message)
+        self.index = index
+
+
+class ConfigurationError(ContextEngineError, ValueError):
+    """A configuration value cannot work; the message says how to fix it."""
+
+
+class BlockingCallInEventLoopError(ContextEngineError, RuntimeError):
+    """A blocking ``*_sync`` method was called from inside a running event loop."""
+
+
+class SummarizerError(ContextEngineError, RuntimeError):
+    """A summarizer raised, timed out, or returned text that cannot be a checkpoint."""
+
+
+class CompactionError(ContextEngineError, RuntimeError):
+    """The strategy pipeline failed during ``project``.
+
+    The original exception is chained as ``__cause__``.
+
+    Attributes:
+        view: The best view reached before the failure. It keeps every invariant
+            and can be sent as is (it may still be above the threshold).
+        strategy: Name of the strategy that failed.
+        failures: Consecutive failures counted by the circuit breaker, this one included.
+    """
+
+    def __init__(
+        self, message: str, *, view: Sequence[Message], strategy: str, failures: int
+    ) -> None:
+        super().__init__(message)
+        self.view: tuple[Message, ...] = tuple(view)
+        self.strategy = strategy
+        self.failures = failures

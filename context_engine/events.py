@@ -1,0 +1,172 @@
+"""What the engine reports: rewrite events, their steps, summaries, snapshots and usage."""
+
+from __future__ import annotations
+
+from typing import Literal, TypeAlias
+
+import attrs
+
+from context_engine.messages import Message
+
+__all__ = [
+    "ContextUsage",
+    "RewriteEvent",
+    "RewriteReason",
+    "RewriteStep",
+    "Scope",
+    "Snapshot",
+    "SummaryInfo",
+]
+
+RewriteReason: TypeAlias = Literal["threshold", "manual", "overflow", "circuit_breaker"]
+Scope: TypeAlias = Literal["baseline", "projected", "committed", "recovered", "skipped"]
+
+
+@attrs.frozen(kw_only=True)
+class SummaryInfo:
+    """Details of one checkpoint a strategy wrote.
+
+    Attributes:
+        tokens_before: Tokens of the view before the checkpoint.
+        tokens_after: Tokens of the view after it.
+        messages_before: Messages in the view before.
+        messages_after: Messages in the view after.
+        compacted_count: Messages the checkpoint replaced.
+        kept_count: Messages kept verbatim after the checkpoint.
+        is_split_turn: The cut fell inside a turn; its user message stayed verbatim.
+        is_incremental: An existing checkpoint was updated rather than written anew.
+        summary_chars: Length of the checkpoint text in characters.
+        duration: Wall time in seconds, LLM calls included.
+        read_files: Files read in the compacted history.
+        modified_files: Files modified in the compacted history.
+    """
+
+    tokens_before: int
+    tokens_after: int
+    messages_before: int
+    messages_after: int
+    compacted_count: int
+    kept_count: int
+    is_split_turn: bool = False
+    is_incremental: bool = False
+    summary_chars: int = 0
+    duration: float = 0.0
+    read_files: tuple[str, ...] = ()
+    modified_files: tuple[str, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class RewriteStep:
+    """One strategy run inside a pipeline.
+
+    Attributes:
+        name: The strategy's name.
+        applied: Whether it rewrote the view.
+        tokens_before: View tokens before it ran.
+        tokens_after: View tokens after it ran.
+        duration: Seconds it took.
+        error: A recoverable problem behind a no-op, or the exception that failed the run.
+    """
+
+    name: str
+    applied: bool
+    tokens_before: int
+    tokens_after: int
+    duration: float
+    error: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class RewriteEvent:
+    """A rewrite of the view, or a decision not to rewrite that callers must see.
+
+    Attributes:
+        reason: ``threshold``, ``manual``, ``overflow`` or ``circuit_breaker``.
+        strategy: The last strategy that applied (or ``circuit_breaker``).
+        changed: Whether the view differs from the input.
+        committed: Whether the caller should replace its transcript with the view.
+        tokens_before: Estimated tokens of the input.
+        tokens_after: Estimated tokens of the view.
+        info: The checkpoint details when a checkpoint was written.
+        steps: Every strategy tried, in order.
+        view: The resulting view.
+        failures: Consecutive pipeline failures (set for ``circuit_breaker``).
+        futile: The untouchable part alone is above the threshold.
+        floor_tokens: Tokens of that untouchable part.
+    """
+
+    reason: RewriteReason
+    strategy: str
+    changed: bool
+    committed: bool = False
+    tokens_before: int = 0
+    tokens_after: int = 0
+    info: SummaryInfo | None = None
+    steps: tuple[RewriteStep, ...] = ()
+    view: tuple[Message, ...] = attrs.field(default=(), repr=False)
+    failures: int = 0
+    futile: bool = False
+    floor_tokens: int = 0
+
+
+@attrs.frozen(kw_only=True)
+class ContextUsage:
+    """How full the last view makes the context window.
+
+    Attributes:
+        tokens: Estimated prompt tokens (fixed overhead included).
+        context_window: The model's window.
+        threshold: ``window - reserve``; above it strategies run.
+        usage_tokens: Part of ``tokens`` taken from provider-reported usage.
+        trailing_tokens: Part of ``tokens`` counted with the tokenizer.
+    """
+
+    tokens: int
+    context_window: int
+    threshold: int
+    usage_tokens: int = 0
+    trailing_tokens: int = 0
+
+    @property
+    def percent(self) -> float:
+        """``tokens`` as a percentage of the window."""
+        return 100.0 * self.tokens / self.context_window if self.context_window else 0.0
+
+    @property
+    def fits(self) -> bool:
+        """Whether ``tokens`` is at or below the threshold."""
+        return self.tokens <= self.threshold
+
+
+@attrs.frozen(kw_only=True)
+class Snapshot:
+    """The last active view, described.
+
+    Attributes:
+        scope: ``baseline`` (as passed or synced), ``projected``, ``committed``,
+            ``recovered`` or ``skipped`` (circuit breaker).
+        messages: The view itself.
+        usage: Its usage.
+        message_count: Messages in the view.
+        summary_messages: `ContextSummary` checkpoints in the view.
+        tool_messages: Tool results in the view.
+        cleared_tool_results: Tool results replaced by a placeholder.
+        trimmed_text_blocks: Text blocks shortened by a trim marker.
+        last_strategy: The last strategy that applied, if any.
+        last_compacted_count: Messages the last checkpoint replaced.
+        last_kept_count: Messages kept after the last checkpoint.
+        split_turn: Whether the last checkpoint split a turn.
+    """
+
+    scope: Scope
+    messages: tuple[Message, ...] = attrs.field(repr=False)
+    usage: ContextUsage
+    message_count: int
+    summary_messages: int
+    tool_messages: int
+    cleared_tool_results: int
+    trimmed_text_blocks: int
+    last_strategy: str | None = None
+    last_compacted_count: int = 0
+    last_kept_count: int = 0
+    split_turn: bool = False

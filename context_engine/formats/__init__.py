@@ -1,0 +1,1 @@
+"""Converters between provider message formats and `context_engine.Message`."""

@@ -1,0 +1,1 @@
+"""Helpers shared by the checkpoint strategies: cut points, serialisation, summarizers."""

