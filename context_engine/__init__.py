@@ -2,6 +2,7 @@
 
 from importlib.metadata import PackageNotFoundError, version
 
+from context_engine.engine import CommitResult, ContextEngine, Projection, RecoveryResult
 from context_engine.errors import (
     BlockingCallInEventLoopError,
     CompactionError,
@@ -37,8 +38,10 @@ except PackageNotFoundError:  # running from a source tree that was never instal
 __all__ = [
     "BlockingCallInEventLoopError",
     "Budget",
+    "CommitResult",
     "CompactionError",
     "ConfigurationError",
+    "ContextEngine",
     "ContextEngineError",
     "ContextSummary",
     "ContextUsage",
@@ -46,6 +49,8 @@ __all__ = [
     "ImageBlock",
     "InvalidMessageError",
     "Message",
+    "Projection",
+    "RecoveryResult",
     "RewriteEvent",
     "RewriteStep",
     "Snapshot",

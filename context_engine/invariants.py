@@ -64,11 +64,9 @@ def _pairing_problems(
         return calls, results
 
     in_calls, in_results = calls_and_results(transcript)
-    old_orphans = (in_calls ^ in_results)
+    old_orphans = in_calls ^ in_results
     calls, results = calls_and_results(view)
-    problems = [
-        f"tool call {cid!r} has no result" for cid in sorted(calls - results - old_orphans)
-    ]
+    problems = [f"tool call {cid!r} has no result" for cid in sorted(calls - results - old_orphans)]
     problems += [
         f"tool result {cid!r} has no call" for cid in sorted(results - calls - old_orphans)
     ]

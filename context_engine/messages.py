@@ -10,7 +10,6 @@ treat it like any other message while strategies can still recognise it.
 from __future__ import annotations
 
 import datetime as _dt
-import html
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, TypeAlias
 
@@ -39,9 +38,7 @@ ROLES: frozenset[str] = frozenset({"system", "developer", "user", "assistant", "
 
 def _require_str(kind: str, field: str, value: object) -> None:
     if not isinstance(value, str):
-        raise InvalidMessageError(
-            f"{kind}.{field} must be a str, got {type(value).__name__}"
-        )
+        raise InvalidMessageError(f"{kind}.{field} must be a str, got {type(value).__name__}")
 
 
 @attrs.frozen
@@ -126,7 +123,7 @@ _BLOCK_TYPES = (TextBlock, ThinkingBlock, ToolCall, ImageBlock)
 def _non_negative_int(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise InvalidMessageError(
-            f"Usage.{attribute.name} must be a non-negative int, got {value!r}"
+            f"{type(instance).__name__}.{attribute.name} must be a non-negative int, got {value!r}"
         )
 
 
@@ -167,6 +164,10 @@ def _to_content(value: object) -> tuple[Block, ...]:
     )
 
 
+def _to_metadata(value: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(value)
+
+
 def _to_timestamp(value: object) -> _dt.datetime | None:
     if value is None or isinstance(value, _dt.datetime):
         return value
@@ -195,7 +196,7 @@ class Message:
     name: str | None = None
     usage: Usage | None = None
     stop_reason: str | None = None
-    metadata: Mapping[str, Any] = attrs.field(factory=dict, converter=dict, hash=False)
+    metadata: Mapping[str, Any] = attrs.field(factory=dict, converter=_to_metadata, hash=False)
     timestamp: _dt.datetime | None = attrs.field(default=None, converter=_to_timestamp)
     # Token counts by counter key; filled lazily, never part of the value.
     _token_cache: dict[str, int] = attrs.field(
@@ -219,9 +220,7 @@ class Message:
                     f"{self.role} message carries tool call {block.id!r}; "
                     "only assistant messages may call tools"
                 )
-        if self.role == "tool" and not (
-            isinstance(self.tool_call_id, str) and self.tool_call_id
-        ):
+        if self.role == "tool" and not (isinstance(self.tool_call_id, str) and self.tool_call_id):
             raise InvalidMessageError("tool message without tool_call_id")
         if self.usage is not None and not isinstance(self.usage, Usage):
             raise InvalidMessageError(f"usage must be a Usage, got {type(self.usage).__name__}")
@@ -285,12 +284,19 @@ _FILES_RE = regex.compile(
 )
 
 
+# Tags of the rendering that a summary text may contain too. In the body each
+# gets one more backslash after its "<" (``</context-summary>`` becomes
+# ``<\/context-summary>``), which parsing removes again: reversible for any text.
+_TAG_ESCAPE_RE = regex.compile(r"<(\\*)(/context-summary|read-files|modified-files)>")
+_TAG_UNESCAPE_RE = regex.compile(r"<\\(\\*)(/context-summary|read-files|modified-files)>")
+
+
 def _escape_body(text: str) -> str:
-    return text.replace(_SUMMARY_CLOSE, html.escape(_SUMMARY_CLOSE))
+    return _TAG_ESCAPE_RE.sub(lambda m: f"<\\{m[1]}{m[2]}>", text)
 
 
 def _unescape_body(text: str) -> str:
-    return text.replace(html.escape(_SUMMARY_CLOSE), _SUMMARY_CLOSE)
+    return _TAG_UNESCAPE_RE.sub(lambda m: f"<{m[1]}{m[2]}>", text)
 
 
 def _render_summary(summary: ContextSummary) -> tuple[Block, ...]:
@@ -298,7 +304,8 @@ def _render_summary(summary: ContextSummary) -> tuple[Block, ...]:
     if summary.timestamp is not None:
         attributes += f' timestamp="{summary.timestamp.isoformat()}"'
     parts = [f"{_SUMMARY_OPEN}{attributes}>", _escape_body(summary.summary)]
-    for tag, files in (("read-files", summary.read_files), ("modified-files", summary.modified_files)):
+    sections = (("read-files", summary.read_files), ("modified-files", summary.modified_files))
+    for tag, files in sections:
         if files:
             parts.append(f"<{tag}>\n" + "\n".join(files) + f"\n</{tag}>")
     parts.append(_SUMMARY_CLOSE)
@@ -308,7 +315,11 @@ def _render_summary(summary: ContextSummary) -> tuple[Block, ...]:
 def _to_str_tuple(value: Iterable[str]) -> tuple[str, ...]:
     if isinstance(value, str):
         raise InvalidMessageError("file lists must be sequences of paths, not one str")
-    return tuple(value)
+    paths = tuple(value)
+    for path in paths:
+        if not isinstance(path, str) or "\n" in path:
+            raise InvalidMessageError(f"file paths must be str without newlines, got {path!r}")
+    return paths
 
 
 @attrs.frozen
@@ -327,11 +338,9 @@ class ContextSummary(Message):
 
     role: Role = attrs.field(default="user", init=False)
     summary: str = attrs.field(kw_only=True)
-    tokens_before: int = attrs.field(default=0, kw_only=True)
+    tokens_before: int = attrs.field(default=0, kw_only=True, validator=_non_negative_int)
     read_files: tuple[str, ...] = attrs.field(default=(), kw_only=True, converter=_to_str_tuple)
-    modified_files: tuple[str, ...] = attrs.field(
-        default=(), kw_only=True, converter=_to_str_tuple
-    )
+    modified_files: tuple[str, ...] = attrs.field(default=(), kw_only=True, converter=_to_str_tuple)
     content: tuple[Block, ...] = attrs.field(init=False)
 
     @content.default

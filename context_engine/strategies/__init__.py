@@ -6,10 +6,18 @@ from context_engine.strategies.base import (
     Strategy,
     StrategyResult,
 )
+from context_engine.strategies.hard_truncate import HardTruncate
+from context_engine.strategies.light_trim import LightTrim
+from context_engine.strategies.microcompact import ToolResultMicrocompact
+from context_engine.strategies.session_memory import SessionMemory
 
 __all__ = [
     "Budget",
     "ForceCompactionStrategy",
+    "HardTruncate",
+    "LightTrim",
+    "SessionMemory",
     "Strategy",
     "StrategyResult",
+    "ToolResultMicrocompact",
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
 import attrs
@@ -50,6 +50,11 @@ class Budget:
         return attrs.evolve(self, tokens=tokens)
 
 
+def _message_tuple(messages: Iterable[Message]) -> tuple[Message, ...]:
+    # A typed converter: mypy cannot infer the element type of a bare ``tuple`` converter.
+    return tuple(messages)
+
+
 @attrs.frozen(kw_only=True)
 class StrategyResult:
     """What one strategy run did.
@@ -64,12 +69,12 @@ class StrategyResult:
             order, so an archive can keep them.
     """
 
-    messages: tuple[Message, ...] = attrs.field(converter=tuple)
+    messages: tuple[Message, ...] = attrs.field(converter=_message_tuple)
     applied: bool
     tokens_saved: int = 0
     info: SummaryInfo | None = None
     error: str | None = None
-    replaced: tuple[Message, ...] = attrs.field(default=(), converter=tuple)
+    replaced: tuple[Message, ...] = attrs.field(default=(), converter=_message_tuple)
 
     @classmethod
     def unchanged(cls, view: Sequence[Message], *, error: str | None = None) -> StrategyResult:
@@ -86,7 +91,13 @@ class Strategy(Protocol):
     mutates either argument.
     """
 
-    name: str
+    @property
+    def name(self) -> str:
+        """Stable snake_case name used in events, spans, logs and ``commit_strategies``.
+
+        A read-only property here so that frozen strategy classes satisfy the protocol.
+        """
+        ...
 
     async def apply(
         self, transcript: Sequence[Message], view: Sequence[Message], budget: Budget

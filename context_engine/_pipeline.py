@@ -1,0 +1,173 @@
+"""The driver that runs strategies in order against a budget and records each step."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+from typing import Any
+
+import attrs
+
+from context_engine._aio import call_hook
+from context_engine.events import RewriteStep, SummaryInfo
+from context_engine.messages import Message
+from context_engine.strategies.base import (
+    Budget,
+    ForceCompactionStrategy,
+    Strategy,
+    StrategyResult,
+)
+
+__all__ = ["PipelineFailure", "PipelineOutcome", "run_forced", "run_pipeline"]
+
+
+@attrs.frozen
+class PipelineOutcome:
+    """What a pipeline run produced."""
+
+    view: tuple[Message, ...]
+    tokens: int
+    steps: tuple[RewriteStep, ...]
+    applied: tuple[str, ...]
+    info: SummaryInfo | None
+    replaced: tuple[Message, ...]
+
+    @property
+    def changed(self) -> bool:
+        """Whether any strategy rewrote the view."""
+        return bool(self.applied)
+
+
+class PipelineFailure(Exception):
+    """A strategy raised; carries the best view reached before it."""
+
+    def __init__(self, outcome: PipelineOutcome, strategy: str) -> None:
+        super().__init__(strategy)
+        self.outcome = outcome
+        self.strategy = strategy
+
+
+@attrs.define
+class _Run:
+    view: tuple[Message, ...]
+    budget: Budget
+    steps: list[RewriteStep] = attrs.field(factory=list)
+    applied: list[str] = attrs.field(factory=list)
+    info: SummaryInfo | None = None
+    replaced: list[Message] = attrs.field(factory=list)
+
+    def outcome(self) -> PipelineOutcome:
+        return PipelineOutcome(
+            view=self.view,
+            tokens=self.budget.tokens,
+            steps=tuple(self.steps),
+            applied=tuple(self.applied),
+            info=self.info,
+            replaced=tuple(self.replaced),
+        )
+
+    async def step(
+        self,
+        strategy: Strategy,
+        on_strategy: Callable[[str], Any] | None,
+        call: Callable[[], Awaitable[StrategyResult]],
+    ) -> bool:
+        """Run one strategy; fold its result into the run; return whether it applied."""
+        name = strategy.name
+        finish = await call_hook("on_strategy", on_strategy, name)
+        before = self.budget.tokens
+        started = time.perf_counter()
+        try:
+            result = await call()
+            if not isinstance(result, StrategyResult):
+                raise TypeError(
+                    f"strategy {name!r} returned {type(result).__name__}, expected StrategyResult"
+                )
+        except Exception as exc:
+            self.steps.append(
+                RewriteStep(
+                    name=name,
+                    applied=False,
+                    tokens_before=before,
+                    tokens_after=before,
+                    duration=time.perf_counter() - started,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+            )
+            raise PipelineFailure(self.outcome(), name) from exc
+        finally:
+            if callable(finish):
+                await call_hook("on_strategy finish", finish)
+        after = before
+        if result.applied:
+            self.view = result.messages
+            after = self.budget.measure(self.view)
+            self.budget = self.budget.with_tokens(after)
+            self.applied.append(name)
+            self.replaced.extend(result.replaced)
+            if result.info is not None:
+                self.info = result.info
+        self.steps.append(
+            RewriteStep(
+                name=name,
+                applied=result.applied,
+                tokens_before=before,
+                tokens_after=after,
+                duration=time.perf_counter() - started,
+                error=result.error,
+            )
+        )
+        return result.applied
+
+
+async def run_pipeline(
+    strategies: Sequence[Strategy],
+    transcript: tuple[Message, ...],
+    view: tuple[Message, ...],
+    budget: Budget,
+    *,
+    on_strategy: Callable[[str], Any] | None,
+    allow: Callable[[Strategy], bool],
+) -> PipelineOutcome:
+    """Run ``strategies`` in order while the view is above the threshold.
+
+    Raises:
+        PipelineFailure: a strategy raised; chained to its exception.
+    """
+    run = _Run(view=view, budget=budget)
+    for strategy in strategies:
+        if run.budget.tokens <= run.budget.threshold:
+            break
+        if not allow(strategy):
+            continue
+        await run.step(
+            strategy, on_strategy, partial(strategy.apply, transcript, run.view, run.budget)
+        )
+    return run.outcome()
+
+
+async def run_forced(
+    strategies: Sequence[Strategy],
+    transcript: tuple[Message, ...],
+    budget: Budget,
+    *,
+    on_strategy: Callable[[str], Any] | None,
+    instructions: str | None,
+) -> PipelineOutcome:
+    """Run the force-capable strategies on the full transcript; the first that applies wins.
+
+    Raises:
+        PipelineFailure: a strategy raised; chained to its exception.
+    """
+    run = _Run(view=transcript, budget=budget)
+    for strategy in strategies:
+        if not isinstance(strategy, ForceCompactionStrategy):
+            continue
+        call = partial(
+            strategy.force_apply, transcript, transcript, budget, instructions=instructions
+        )
+        applied = await run.step(strategy, on_strategy, call)
+        if applied:
+            break
+    return run.outcome()

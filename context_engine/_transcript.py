@@ -1,0 +1,71 @@
+"""Checks on what callers pass in, and small pure helpers of the engine."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+from context_engine._pipeline import PipelineOutcome
+from context_engine.errors import InvalidMessageError
+from context_engine.messages import Message
+
+__all__ = ["as_transcript", "chain", "growth_key", "recovery_target"]
+
+
+def as_transcript(messages: Sequence[Message]) -> tuple[Message, ...]:
+    """Snapshot the caller's sequence as a tuple, checking every item is a `Message`."""
+    if isinstance(messages, (str, bytes, Message)) or not isinstance(messages, Iterable):
+        raise InvalidMessageError(f"expected a sequence of Message, got {type(messages).__name__}")
+    transcript = tuple(messages)
+    for index, message in enumerate(transcript):
+        if not isinstance(message, Message):
+            hint = (
+                "; convert provider dicts with context_engine.formats.openai.from_openai"
+                if isinstance(message, dict)
+                else ""
+            )
+            raise InvalidMessageError(
+                f"expected a Message, got {type(message).__name__}{hint}", index=index
+            )
+    return transcript
+
+
+def growth_key(transcript: tuple[Message, ...]) -> tuple[int, int]:
+    """Identifies a transcript state; it changes when the transcript grows."""
+    return (len(transcript), id(transcript[-1]) if transcript else 0)
+
+
+_OVERFLOW_NUMBERS = re.compile(
+    r"(\d[\d,]*)\s*tokens?\s*>\s*(\d[\d,]*)|resulted in (\d[\d,]*) tokens"
+)
+
+
+def recovery_target(
+    estimated: int, window: int, threshold: int, error: BaseException | str | None
+) -> int:
+    """A threshold low enough that the true size fits, given how far the estimate was off.
+
+    The provider rejected a prompt we estimated at ``estimated`` tokens, so its
+    real size was above ``window`` (or the size its error message states). The
+    target scales the threshold down by that ratio.
+    """
+    actual = window + 1
+    match = _OVERFLOW_NUMBERS.search(str(error)) if error is not None else None
+    if match:
+        number = match.group(1) or match.group(3)
+        actual = max(actual, int(number.replace(",", "")))
+    if estimated >= actual:
+        return threshold
+    return max(0, min(threshold, threshold * estimated // actual))
+
+
+def chain(first: PipelineOutcome, second: PipelineOutcome) -> PipelineOutcome:
+    """Two pipeline runs, one after the other, as one outcome."""
+    return PipelineOutcome(
+        view=second.view,
+        tokens=second.tokens,
+        steps=first.steps + second.steps,
+        applied=first.applied + second.applied,
+        info=second.info or first.info,
+        replaced=first.replaced + second.replaced,
+    )

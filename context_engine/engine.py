@@ -1,0 +1,584 @@
+"""`ContextEngine`: decides, before every LLM call, what the model gets to see."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import attrs
+
+from context_engine._aio import call_hook, run_blocking
+from context_engine._meter import Meter
+from context_engine._pipeline import PipelineFailure, PipelineOutcome, run_forced, run_pipeline
+from context_engine._transcript import as_transcript, chain, growth_key, recovery_target
+from context_engine.breaker import BreakerState, CircuitBreaker
+from context_engine.errors import CompactionError, ConfigurationError
+from context_engine.events import ContextUsage, RewriteEvent, RewriteReason, Scope, Snapshot
+from context_engine.messages import Message
+from context_engine.results import CommitResult, Projection, RecoveryResult
+from context_engine.snapshots import describe_view
+from context_engine.strategies.base import Budget, Strategy
+from context_engine.tokens import (
+    DEFAULT_ENCODING,
+    TokenCounter,
+    UsageEstimate,
+    resolve_counter,
+)
+
+__all__ = ["CommitResult", "ContextEngine", "Projection", "RecoveryResult", "default_reserve"]
+
+logger = logging.getLogger(__name__)
+
+Hook = Callable[[RewriteEvent], Any]
+
+
+def default_reserve(context_window: int) -> int:
+    """The default head-room: ``clamp(0.13 * window, 4096, 16384)``."""
+    return max(4096, min(16384, int(0.13 * context_window)))
+
+
+def _positive_window(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ConfigurationError(f"context_window must be a positive int of tokens, got {value!r}")
+    return value
+
+
+def _reserve(value: object) -> int | None:
+    if value is None or value == 0:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ConfigurationError(
+            f"reserve_tokens must be a non-negative int, or None for the default, got {value!r}"
+        )
+    return value
+
+
+@attrs.define
+class _Remembered:
+    """The last active view and what the engine knows about it."""
+
+    scope: Scope
+    view: tuple[Message, ...]
+    estimate: UsageEstimate
+    outcome: PipelineOutcome | None = None
+
+
+class ContextEngine:
+    """Keeps each LLM call's prompt under the model's context window.
+
+    One engine per agent session: it remembers the last view it returned (for
+    provider usage anchors, snapshots and the circuit breaker).
+
+    Args:
+        context_window: The model's window in tokens.
+        strategies: Run in order, cheapest first, while the view is above the threshold.
+        reserve_tokens: Head-room for the answer; None or 0 uses `default_reserve`.
+        commit_strategies: Names of strategies whose rewrite the caller should commit.
+        max_consecutive_failures: Failures that open the circuit breaker.
+        breaker_cooldown_calls: Calls skipped while the breaker is open.
+        breaker_cooldown_seconds: Seconds that must also pass before the half-open trial.
+        overhead_tokens: Tool schemas and other fixed parts sent with every call.
+        token_counter: Counter to use; default `resolve_counter(encoding)`.
+        encoding: tiktoken encoding name for the default counter.
+        on_project: Called with the `RewriteEvent` of each ``project`` rewrite.
+        on_recover: Called with the event of each ``recover_overflow`` rewrite.
+        on_compact: Called with the event of each ``compact`` rewrite.
+        on_strategy: Called with a strategy's name before it runs; may return a
+            callable (no arguments) called when it ends, on failure too.
+    """
+
+    def __init__(
+        self,
+        context_window: int,
+        strategies: Iterable[Strategy] = (),
+        *,
+        reserve_tokens: int | None = None,
+        commit_strategies: Iterable[str] = ("full_summary",),
+        max_consecutive_failures: int = 3,
+        breaker_cooldown_calls: int = 1,
+        breaker_cooldown_seconds: float = 0.0,
+        overhead_tokens: int = 0,
+        token_counter: TokenCounter | None = None,
+        encoding: str = DEFAULT_ENCODING,
+        on_project: Hook | None = None,
+        on_recover: Hook | None = None,
+        on_compact: Hook | None = None,
+        on_strategy: Callable[[str], Any] | None = None,
+    ) -> None:
+        self._window = _positive_window(context_window)
+        self._reserve = _reserve(reserve_tokens)
+        self._strategies: tuple[Strategy, ...] = tuple(strategies)
+        for strategy in self._strategies:
+            if not isinstance(getattr(strategy, "name", None), str) or not callable(
+                getattr(strategy, "apply", None)
+            ):
+                raise ConfigurationError(
+                    f"{strategy!r} is not a strategy: it needs a str `name` and an async `apply`"
+                )
+        if isinstance(commit_strategies, str):
+            raise ConfigurationError("commit_strategies must be a collection of names, not one str")
+        self.commit_strategies: frozenset[str] = frozenset(commit_strategies)
+        if not isinstance(overhead_tokens, int) or overhead_tokens < 0:
+            raise ConfigurationError(
+                f"overhead_tokens must be an int >= 0, got {overhead_tokens!r}"
+            )
+        self.overhead_tokens = overhead_tokens
+        self.breaker = CircuitBreaker(
+            max_failures=max_consecutive_failures,
+            cooldown_calls=breaker_cooldown_calls,
+            cooldown_seconds=breaker_cooldown_seconds,
+        )
+        self.counter: TokenCounter = token_counter or resolve_counter(encoding)
+        self._meter = Meter(self.counter, overhead_tokens)
+        self.on_project, self.on_recover, self.on_compact = on_project, on_recover, on_compact
+        self.on_strategy = on_strategy
+        self._last: _Remembered | None = None
+        self._stalled_on: tuple[int, int] | None = None
+
+    @classmethod
+    def default(
+        cls,
+        context_window: int,
+        *,
+        summarizer: Callable[..., Any] | None = None,
+        seed: Callable[[], Any] | None = None,
+        **options: Any,
+    ) -> ContextEngine:
+        """The recommended pipeline.
+
+        Tool-result microcompact, light trim, session memory (when ``seed`` is
+        given), full summary (when ``summarizer`` is given), hard truncate.
+        ``options`` go to the constructor.
+        """
+        from context_engine.strategies import (
+            HardTruncate,
+            LightTrim,
+            SessionMemory,
+            ToolResultMicrocompact,
+        )
+
+        strategies: list[Strategy] = [ToolResultMicrocompact(), LightTrim()]
+        if seed is not None:
+            strategies.append(SessionMemory(seed=seed))
+        if summarizer is not None:
+            raise ConfigurationError(
+                "summarizer= needs the FullSummary strategy, which this version does not "
+                "ship yet; pass seed= for session memory or build the pipeline by hand"
+            )
+        strategies.append(HardTruncate())
+        return cls(context_window, strategies, **options)
+
+    # -- configuration -------------------------------------------------------------
+
+    @property
+    def context_window(self) -> int:
+        """The model's window in tokens (settable)."""
+        return self._window
+
+    @context_window.setter
+    def context_window(self, value: int) -> None:
+        self._window = _positive_window(value)
+
+    @property
+    def reserve_tokens(self) -> int:
+        """Head-room in tokens (settable; None or 0 restores the default)."""
+        return self._reserve if self._reserve is not None else default_reserve(self._window)
+
+    @reserve_tokens.setter
+    def reserve_tokens(self, value: int | None) -> None:
+        self._reserve = _reserve(value)
+
+    @property
+    def threshold(self) -> int:
+        """``max(0, window - reserve)``: strategies run while the view is above it."""
+        return max(0, self._window - self.reserve_tokens)
+
+    @property
+    def strategies(self) -> tuple[Strategy, ...]:
+        """The pipeline, in order."""
+        return self._strategies
+
+    @property
+    def consecutive_failures(self) -> int:
+        """The circuit breaker's failure count."""
+        return self.breaker.failures
+
+    @property
+    def breaker_state(self) -> BreakerState:
+        """``closed``, ``open`` or ``half_open``."""
+        return self.breaker.state
+
+    # -- measuring -----------------------------------------------------------------
+
+    def estimate(self, messages: Sequence[Message]) -> UsageEstimate:
+        """Estimate how full ``messages`` make the window (provider usage anchors included)."""
+        return self._estimate(as_transcript(messages))
+
+    def _estimate(self, view: tuple[Message, ...]) -> UsageEstimate:
+        last = self._last
+        return self._meter.estimate(view, (last.view, last.estimate) if last else None)
+
+    def _usage(self, estimate: UsageEstimate) -> ContextUsage:
+        return ContextUsage(
+            tokens=estimate.tokens,
+            context_window=self._window,
+            threshold=self.threshold,
+            usage_tokens=estimate.usage_tokens,
+            trailing_tokens=estimate.trailing_tokens,
+        )
+
+    def _budget(
+        self, transcript: tuple[Message, ...], estimate: UsageEstimate, threshold: int | None = None
+    ) -> Budget:
+        return Budget(
+            tokens=estimate.tokens,
+            window=self._window,
+            threshold=self.threshold if threshold is None else threshold,
+            counter=self.counter,
+            measure=self._meter.measurer(transcript, estimate),
+            overhead_tokens=self.overhead_tokens,
+        )
+
+    # -- state ---------------------------------------------------------------------
+
+    @property
+    def usage(self) -> ContextUsage | None:
+        """Usage of the last active view, or None before the first call."""
+        return self._usage(self._last.estimate) if self._last else None
+
+    def snapshot(self) -> Snapshot | None:
+        """A description of the last active view, or None before the first call."""
+        last = self._last
+        if last is None:
+            return None
+        return describe_view(last.scope, last.view, self._usage(last.estimate), last.outcome)
+
+    def sync(self, messages: Sequence[Message]) -> None:
+        """Record ``messages`` as the new baseline and forget the remembered view."""
+        transcript = as_transcript(messages)
+        self._last = None
+        self._stalled_on = None
+        self._remember("baseline", transcript, self._estimate(transcript))
+
+    def _remember(
+        self,
+        scope: Scope,
+        view: tuple[Message, ...],
+        estimate: UsageEstimate,
+        outcome: PipelineOutcome | None = None,
+    ) -> None:
+        self._last = _Remembered(scope, view, estimate, outcome)
+
+    # -- project ---------------------------------------------------------------------
+
+    async def project(self, messages: Sequence[Message]) -> Projection:
+        """Build the view for one LLM call without touching the caller's transcript.
+
+        Below the threshold the input comes back unchanged. Above it the
+        strategies run in order until the view fits. When a strategy listed in
+        ``commit_strategies`` applied, ``should_commit`` tells the caller to
+        replace its transcript with ``commit_messages``.
+
+        Raises:
+            InvalidMessageError: ``messages`` is not a sequence of `Message`.
+            CompactionError: a strategy raised; ``.view`` is the best view reached.
+        """
+        transcript = as_transcript(messages)
+        failures = self.breaker.failures
+        if self.breaker.should_skip():
+            return await self._skip(transcript, failures)
+        estimate = self._estimate(transcript)
+        if estimate.tokens <= self.threshold:
+            self._remember("baseline", transcript, estimate)
+            return Projection(messages=transcript, usage=self._usage(estimate), changed=False)
+        floor = self._meter.floor_tokens(transcript)
+        futile = floor > self.threshold
+        allow_llm = not futile and self._stalled_on != growth_key(transcript)
+        try:
+            outcome = await run_pipeline(
+                self._strategies,
+                transcript,
+                transcript,
+                self._budget(transcript, estimate),
+                on_strategy=self.on_strategy,
+                allow=lambda s: allow_llm or not getattr(s, "uses_llm", False),
+            )
+        except PipelineFailure as failure:
+            raise self._failed(transcript, estimate, failure) from failure.__cause__
+        if outcome.changed:
+            self.breaker.record_success()
+        if outcome.tokens > self.threshold:
+            self._stalled_on = growth_key(transcript)
+        return await self._finish_projection(transcript, estimate, outcome, futile, floor)
+
+    async def _finish_projection(
+        self,
+        transcript: tuple[Message, ...],
+        estimate: UsageEstimate,
+        outcome: PipelineOutcome,
+        futile: bool,
+        floor: int,
+    ) -> Projection:
+        should_commit = any(name in self.commit_strategies for name in outcome.applied)
+        view_estimate = self._meter.estimate_outcome(transcript, estimate, outcome)
+        usage = self._usage(view_estimate)
+        event = None
+        if outcome.changed or futile:
+            event = self._event(
+                "threshold",
+                outcome,
+                estimate.tokens,
+                committed=should_commit,
+                futile=futile,
+                floor=floor if futile else 0,
+            )
+            logger.info(
+                "strategy=<%s> reason=<threshold> tokens_before=<%d> tokens_after=<%d> "
+                "committed=<%s> futile=<%s> | view rewritten",
+                event.strategy,
+                event.tokens_before,
+                event.tokens_after,
+                should_commit,
+                futile,
+            )
+        if outcome.changed:
+            self._remember(
+                "committed" if should_commit else "projected", outcome.view, view_estimate, outcome
+            )
+        else:
+            self._remember("baseline", transcript, estimate)
+        if event is not None:
+            await call_hook("on_project", self.on_project, event)
+        return Projection(
+            messages=outcome.view,
+            usage=usage,
+            changed=outcome.changed,
+            strategy=outcome.applied[-1] if outcome.applied else None,
+            event=event,
+            should_commit=should_commit,
+            commit_messages=outcome.view if should_commit else None,
+        )
+
+    async def _skip(self, transcript: tuple[Message, ...], failures: int) -> Projection:
+        estimate = self._estimate(transcript)
+        event = RewriteEvent(
+            reason="circuit_breaker",
+            strategy="circuit_breaker",
+            changed=False,
+            tokens_before=estimate.tokens,
+            tokens_after=estimate.tokens,
+            view=transcript,
+            failures=failures,
+        )
+        logger.warning(
+            "failures=<%d> state=<%s> | circuit breaker open: strategies skipped for this call",
+            failures,
+            self.breaker.state,
+        )
+        self._remember("skipped", transcript, estimate)
+        await call_hook("on_project", self.on_project, event)
+        return Projection(
+            messages=transcript,
+            usage=self._usage(estimate),
+            changed=False,
+            strategy="circuit_breaker",
+            event=event,
+        )
+
+    def _failed(
+        self, transcript: tuple[Message, ...], estimate: UsageEstimate, failure: PipelineFailure
+    ) -> CompactionError:
+        opened = self.breaker.record_failure()
+        cause = failure.__cause__
+        logger.warning(
+            "strategy=<%s> failures=<%d> opened=<%s> | pipeline failed: %s",
+            failure.strategy,
+            self.breaker.failures,
+            opened,
+            cause,
+        )
+        outcome = failure.outcome
+        view_estimate = self._meter.estimate_outcome(transcript, estimate, outcome)
+        self._remember(
+            "projected" if outcome.changed else "baseline", outcome.view, view_estimate, outcome
+        )
+        return CompactionError(
+            f"strategy {failure.strategy!r} failed: {cause!r}; "
+            f"the best view reached is on .view ({self.breaker.failures} consecutive failures)",
+            view=outcome.view,
+            strategy=failure.strategy,
+            failures=self.breaker.failures,
+        )
+
+    def _event(
+        self,
+        reason: RewriteReason,
+        outcome: PipelineOutcome,
+        tokens_before: int,
+        *,
+        committed: bool,
+        futile: bool = False,
+        floor: int = 0,
+    ) -> RewriteEvent:
+        return RewriteEvent(
+            reason=reason,
+            strategy=outcome.applied[-1] if outcome.applied else "none",
+            changed=outcome.changed,
+            committed=committed and outcome.changed,
+            tokens_before=tokens_before,
+            tokens_after=outcome.tokens,
+            info=outcome.info,
+            steps=outcome.steps,
+            view=outcome.view,
+            failures=self.breaker.failures,
+            futile=futile,
+            floor_tokens=floor,
+        )
+
+    # -- compact and recover ---------------------------------------------------------------
+
+    async def compact(
+        self, messages: Sequence[Message], instructions: str | None = None
+    ) -> CommitResult:
+        """Compact on demand (``/compact``): the first force-capable strategy that applies wins.
+
+        The caller should replace its transcript with ``messages`` when ``changed``.
+
+        Raises:
+            InvalidMessageError: ``messages`` is not a sequence of `Message`.
+            CompactionError: the strategy raised (the breaker does not count it).
+        """
+        transcript = as_transcript(messages)
+        estimate = self._estimate(transcript)
+        try:
+            outcome = await run_forced(
+                self._strategies,
+                transcript,
+                self._budget(transcript, estimate),
+                on_strategy=self.on_strategy,
+                instructions=instructions,
+            )
+        except PipelineFailure as failure:
+            raise CompactionError(
+                f"manual compaction failed in {failure.strategy!r}: {failure.__cause__!r}",
+                view=transcript,
+                strategy=failure.strategy,
+                failures=self.breaker.failures,
+            ) from failure.__cause__
+        return CommitResult(**await self._finish_forced("manual", transcript, estimate, outcome))
+
+    async def recover_overflow(
+        self, messages: Sequence[Message], error: BaseException | str | None = None
+    ) -> RecoveryResult:
+        """Shrink a view the provider rejected as too long.
+
+        The target is below the threshold by the factor the estimate missed (read
+        from the provider's error message when it states the real size). Force-
+        capable strategies run first on the full transcript, then the regular
+        pipeline finishes the job. A successful recovery closes the breaker.
+
+        Raises:
+            InvalidMessageError: ``messages`` is not a sequence of `Message`.
+            CompactionError: a strategy raised.
+        """
+        transcript = as_transcript(messages)
+        estimate = self._estimate(transcript)
+        target = recovery_target(estimate.tokens, self._window, self.threshold, error)
+        try:
+            outcome = await run_forced(
+                self._strategies,
+                transcript,
+                self._budget(transcript, estimate, target),
+                on_strategy=self.on_strategy,
+                instructions=None,
+            )
+            if outcome.tokens > target:
+                rest = await run_pipeline(
+                    self._strategies,
+                    transcript,
+                    outcome.view,
+                    self._budget(transcript, estimate, target).with_tokens(outcome.tokens),
+                    on_strategy=self.on_strategy,
+                    allow=lambda s: True,
+                )
+                outcome = chain(outcome, rest)
+        except PipelineFailure as failure:
+            raise CompactionError(
+                f"overflow recovery failed in {failure.strategy!r}: {failure.__cause__!r}",
+                view=failure.outcome.view,
+                strategy=failure.strategy,
+                failures=self.breaker.failures,
+            ) from failure.__cause__
+        if outcome.changed:
+            self.breaker.record_success()
+        fields = await self._finish_forced("overflow", transcript, estimate, outcome)
+        return RecoveryResult(
+            **fields,
+            should_commit=outcome.changed,
+            commit_messages=outcome.view if outcome.changed else None,
+        )
+
+    async def _finish_forced(
+        self,
+        reason: RewriteReason,
+        transcript: tuple[Message, ...],
+        estimate: UsageEstimate,
+        outcome: PipelineOutcome,
+    ) -> dict[str, Any]:
+        """Remember, log and report a forced rewrite; return the result's common fields."""
+        view_estimate = self._meter.estimate_outcome(transcript, estimate, outcome)
+        event = None
+        if outcome.changed:
+            event = self._event(reason, outcome, estimate.tokens, committed=True)
+            self._remember(
+                "committed" if reason == "manual" else "recovered",
+                outcome.view,
+                view_estimate,
+                outcome,
+            )
+            logger.info(
+                "strategy=<%s> reason=<%s> tokens_before=<%d> tokens_after=<%d> | view rewritten",
+                event.strategy,
+                reason,
+                event.tokens_before,
+                event.tokens_after,
+            )
+            if reason == "manual":
+                await call_hook("on_compact", self.on_compact, event)
+            else:
+                await call_hook("on_recover", self.on_recover, event)
+        info = outcome.info
+        return {
+            "messages": outcome.view,
+            "usage": self._usage(view_estimate),
+            "changed": outcome.changed,
+            "strategy": outcome.applied[-1] if outcome.applied else None,
+            "event": event,
+            "compacted_count": info.compacted_count if info else 0,
+            "kept_count": info.kept_count if info else 0,
+            "split_turn": info.is_split_turn if info else False,
+        }
+
+    # -- blocking twins ----------------------------------------------------------------
+
+    def project_sync(self, messages: Sequence[Message]) -> Projection:
+        """Blocking `project`; raises `BlockingCallInEventLoopError` inside a running loop."""
+        result: Projection = run_blocking(lambda: self.project(messages), "project")
+        return result
+
+    def compact_sync(
+        self, messages: Sequence[Message], instructions: str | None = None
+    ) -> CommitResult:
+        """Blocking `compact`; raises `BlockingCallInEventLoopError` inside a running loop."""
+        result: CommitResult = run_blocking(lambda: self.compact(messages, instructions), "compact")
+        return result
+
+    def recover_overflow_sync(
+        self, messages: Sequence[Message], error: BaseException | str | None = None
+    ) -> RecoveryResult:
+        """Blocking `recover_overflow`; raises `BlockingCallInEventLoopError` in a running loop."""
+        result: RecoveryResult = run_blocking(
+            lambda: self.recover_overflow(messages, error), "recover_overflow"
+        )
+        return result

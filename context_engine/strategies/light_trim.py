@@ -1,0 +1,179 @@
+"""Light trimming: very long text blocks keep their head and tail around a marker.
+
+A pasted log, a huge file dump or a verbose tool output says most of what
+matters in its first and last lines. `LightTrim` cuts the middle out of every
+text block over ``text_threshold`` characters and leaves
+``[N characters trimmed]`` in its place, oldest messages first, until the view
+fits. It never removes a message and never touches tool-call arguments (they
+must stay valid JSON).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import attrs
+
+from context_engine.errors import ConfigurationError
+from context_engine.messages import Block, Message, TextBlock
+from context_engine.strategies.base import Budget, StrategyResult
+from context_engine.structure import TRIMMED_KEY, analyze
+
+__all__ = ["LightTrim", "trim_text"]
+
+logger = logging.getLogger(__name__)
+
+
+def _marker(removed: int) -> str:
+    return f"\n[{removed} characters trimmed]\n"
+
+
+# Room the marker takes in a trimmed block; reserving it keeps every trimmed
+# block under the threshold, so a second run never trims it again.
+_MARKER_ROOM = len(_marker(10**18))
+
+
+def _non_negative_int(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigurationError(
+            f"{type(instance).__name__}.{attribute.name} must be an int >= 0, got {value!r}"
+        )
+
+
+def _splits_pair(text: str, position: int) -> bool:
+    """Whether a cut before ``position`` would split a CRLF or a UTF-16 surrogate pair."""
+    if position <= 0 or position >= len(text):
+        return False
+    before, after = text[position - 1], text[position]
+    if before == "\r" and after == "\n":
+        return True
+    return "\ud800" <= before <= "\udbff" and "\udc00" <= after <= "\udfff"
+
+
+def trim_text(text: str, *, head: int, tail: int) -> str:
+    r"""Keep the first ``head`` and last ``tail`` characters of ``text`` around a marker.
+
+    The marker is ``\n[N characters trimmed]\n`` where N is exactly the number
+    of characters removed. A cut that would split a CRLF line break or a
+    surrogate pair moves by one character so the pair goes whole. Text no
+    longer than ``head + tail`` comes back unchanged.
+
+    Args:
+        text: The text to shorten.
+        head: Characters kept from the start.
+        tail: Characters kept from the end.
+    """
+    if len(text) <= head + tail:
+        return text
+    start, end = head, len(text) - tail
+    if _splits_pair(text, start):
+        start -= 1
+    if _splits_pair(text, end):
+        end += 1
+    return text[:start] + _marker(end - start) + text[end:]
+
+
+@attrs.frozen(kw_only=True)
+class LightTrim:
+    """Cuts the middle out of long text blocks in older messages, oldest first.
+
+    Eligible: every message except the last ``keep_recent``, the leading
+    system/developer block, the newest user message, calls still pending at the
+    end, and checkpoints. In those, each `TextBlock` longer than
+    ``text_threshold`` characters becomes its first ``preserve_head`` and last
+    ``preserve_tail`` characters around ``[N characters trimmed]``. Tool results,
+    user and assistant text are all eligible; thinking blocks and tool-call
+    arguments are not. A trimmed message carries ``TRIMMED_KEY`` in its
+    metadata: the number of blocks trimmed in it.
+    """
+
+    keep_recent: int = attrs.field(default=4, validator=_non_negative_int)
+    """The newest messages left untouched."""
+    text_threshold: int = attrs.field(default=4000, validator=_non_negative_int)
+    """Text blocks longer than this many characters are trimmed."""
+    preserve_head: int = attrs.field(default=1200, validator=_non_negative_int)
+    """Characters kept from the start of a trimmed block."""
+    preserve_tail: int = attrs.field(default=800, validator=_non_negative_int)
+    """Characters kept from the end of a trimmed block."""
+    name: str = attrs.field(default="light_trim", init=False)
+    """The strategy's name in events, spans and logs."""
+
+    def __attrs_post_init__(self) -> None:
+        kept = self.preserve_head + self.preserve_tail
+        if kept + _MARKER_ROOM > self.text_threshold:
+            raise ConfigurationError(
+                f"LightTrim keeps preserve_head + preserve_tail = {kept} characters, which "
+                f"with the {_MARKER_ROOM}-character marker does not fit under text_threshold="
+                f"{self.text_threshold}; lower them or raise text_threshold to at least "
+                f"{kept + _MARKER_ROOM}"
+            )
+
+    async def apply(
+        self, transcript: Sequence[Message], view: Sequence[Message], budget: Budget
+    ) -> StrategyResult:
+        """Trim long text blocks in ``view`` until it fits under ``budget.threshold``."""
+        return self.rewrite(view, budget)
+
+    def rewrite(self, view: Sequence[Message], budget: Budget) -> StrategyResult:
+        """The synchronous body of `apply`: no I/O, the same input gives the same result."""
+        if budget.tokens <= budget.threshold:
+            return StrategyResult.unchanged(view)
+        counter = budget.counter
+        messages = list(view)
+        replaced: list[Message] = []
+        saved = 0
+        for index in self.candidates(view):
+            if budget.tokens - saved <= budget.threshold:
+                break
+            original = view[index]
+            trimmed = self.trim(original)
+            delta = counter.count_message(original) - counter.count_message(trimmed)
+            if delta <= 0:
+                continue
+            messages[index] = trimmed
+            replaced.append(original)
+            saved += delta
+        if not replaced:
+            return StrategyResult.unchanged(view)
+        logger.debug(
+            "strategy=<%s> trimmed_messages=<%d> tokens_saved=<%d> | rewrite applied",
+            self.name, len(replaced), saved,
+        )
+        return StrategyResult(
+            messages=messages, applied=True, tokens_saved=saved, replaced=replaced
+        )
+
+    def candidates(self, view: Sequence[Message]) -> tuple[int, ...]:
+        """Indices of the messages with a block to trim, oldest first."""
+        shape = analyze(view)
+        stop = min(len(view) - self.keep_recent, shape.pending_start)
+        return tuple(
+            index
+            for index in range(shape.lead_end, max(stop, shape.lead_end))
+            if index != shape.last_user
+            and not view[index].is_summary
+            and any(self._too_long(block) for block in view[index].content)
+        )
+
+    def trim(self, message: Message) -> Message:
+        """The trimmed copy of ``message`` (``message`` itself when no block is too long)."""
+        content: list[Block] = []
+        count = 0
+        for block in message.content:
+            if isinstance(block, TextBlock) and self._too_long(block):
+                block = TextBlock(
+                    trim_text(block.text, head=self.preserve_head, tail=self.preserve_tail)
+                )
+                count += 1
+            content.append(block)
+        if not count:
+            return message
+        previous = message.metadata.get(TRIMMED_KEY)
+        total = count + (previous if isinstance(previous, int) else 0)
+        return attrs.evolve(
+            message, content=tuple(content), metadata={**message.metadata, TRIMMED_KEY: total}
+        )
+
+    def _too_long(self, block: Block) -> bool:
+        return isinstance(block, TextBlock) and len(block.text) > self.text_threshold

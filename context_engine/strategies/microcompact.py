@@ -1,0 +1,266 @@
+"""Tool-result microcompaction: old tool outputs give way to a short placeholder.
+
+Tool results are usually the bulk of an agent's context, and the old ones are
+rarely read again: a file listing from forty steps ago, a test run the agent has
+since repeated. `ToolResultMicrocompact` replaces their content with a short
+placeholder, oldest first, until the view fits. It never removes a message: a
+cleared result keeps its role, ``tool_call_id`` and ``name``, so every call
+stays paired with its result, and it is marked with `CLEARED_KEY` so a later
+run leaves it alone.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import json
+import logging
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, TypeAlias
+
+import attrs
+
+from context_engine.errors import ConfigurationError
+from context_engine.messages import Message, TextBlock, ToolCall
+from context_engine.strategies.base import Budget, StrategyResult
+from context_engine.structure import CLEARED_KEY, analyze
+from context_engine.tokens import TokenCounter
+
+__all__ = ["DEFAULT_PLACEHOLDER", "ToolResultMicrocompact"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_PLACEHOLDER = (
+    "[This tool output was cleared to save context space. "
+    "Run the tool again if you need it.]"
+)
+"""The text a cleared tool result gets when no ``placeholder_fn`` is given."""
+
+Classifier: TypeAlias = Callable[[ToolCall, Message], bool]
+PlaceholderFn: TypeAlias = Callable[[ToolCall | None, Message], str]
+
+
+def _utcnow() -> _dt.datetime:
+    return _dt.datetime.now(_dt.timezone.utc)
+
+
+def _non_negative_int(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigurationError(
+            f"{type(instance).__name__}.{attribute.name} must be an int >= 0, got {value!r}"
+        )
+
+
+def _optional_callable(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and not callable(value):
+        raise ConfigurationError(
+            f"{type(instance).__name__}.{attribute.name} must be a function or None, "
+            f"got {type(value).__name__}"
+        )
+
+
+def _callable(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not callable(value):
+        raise ConfigurationError(
+            f"{type(instance).__name__}.{attribute.name} must be a function returning "
+            f"a datetime, got {type(value).__name__}"
+        )
+
+
+def _placeholder_text(instance: object, attribute: attrs.Attribute[str], value: str) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigurationError(
+            f"{type(instance).__name__}.placeholder must be a non-empty str "
+            "(providers reject empty tool results); leave it out for the default text"
+        )
+
+
+def _idle_threshold(
+    instance: object, attribute: attrs.Attribute[_dt.timedelta | None], value: object
+) -> None:
+    if value is None:
+        return
+    if not isinstance(value, _dt.timedelta) or value < _dt.timedelta(0):
+        raise ConfigurationError(
+            f"{type(instance).__name__}.idle_threshold must be a non-negative "
+            f"datetime.timedelta (for example timedelta(minutes=5)) or None, got {value!r}"
+        )
+
+
+@functools.lru_cache(maxsize=4096)
+def _canonical_arguments(arguments: str) -> str:
+    """The arguments JSON in one spelling, so ``{"a":1}`` and ``{ "a": 1 }`` match."""
+    try:
+        parsed = json.loads(arguments)
+    except ValueError:
+        return arguments
+    return json.dumps(parsed, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _answered_calls(view: Sequence[Message]) -> list[ToolCall | None]:
+    """For each index, the call a tool result answers (the newest earlier call with its id)."""
+    calls_by_id: dict[str, ToolCall] = {}
+    answered: list[ToolCall | None] = []
+    for message in view:
+        if message.role == "assistant":
+            calls_by_id.update((call.id, call) for call in message.tool_calls)
+        answered.append(
+            calls_by_id.get(message.tool_call_id or "") if message.role == "tool" else None
+        )
+    return answered
+
+
+def _newest_distinct(
+    view: Sequence[Message], calls: Sequence[ToolCall | None], keep_recent: int
+) -> set[int]:
+    """Indices of the results of the ``keep_recent`` newest distinct calls.
+
+    Calls are the same when their tool name and arguments are; an older result
+    of a call made again later is superseded and not kept. A result whose call
+    is not in the view counts as a distinct call of its own.
+    """
+    kept: set[int] = set()
+    seen: set[Hashable] = set()
+    for index in range(len(view) - 1, -1, -1):
+        if len(seen) >= keep_recent:
+            break
+        if view[index].role != "tool":
+            continue
+        call = calls[index]
+        key: Hashable = (call.name, _canonical_arguments(call.arguments)) if call else index
+        if key not in seen:
+            seen.add(key)
+            kept.add(index)
+    return kept
+
+
+def _aware(moment: _dt.datetime) -> _dt.datetime:
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=_dt.timezone.utc)
+
+
+@attrs.frozen(kw_only=True)
+class ToolResultMicrocompact:
+    """Replaces old tool results with a short placeholder, oldest first, until the view fits.
+
+    A result may be cleared when it is not among the ``keep_recent`` newest
+    distinct calls, lies outside the protected tail, is not part of calls still
+    pending at the end, has not been cleared already, is at least
+    ``min_result_tokens`` large and, with a ``classifier``, is one the
+    classifier accepts. Messages are never removed; a cleared result keeps its
+    role, ``tool_call_id`` and ``name``, loses its images, and carries
+    ``CLEARED_KEY: True`` in its metadata.
+    """
+
+    keep_recent: int = attrs.field(default=5, validator=_non_negative_int)
+    """Results of this many newest distinct calls (same tool name and arguments
+    JSON count as one call) are kept; superseded duplicates may be cleared."""
+    classifier: Classifier | None = attrs.field(default=None, validator=_optional_callable)
+    """When given, only results for which ``classifier(call, result)`` is True may be
+    cleared (results whose call is not in the view are then kept)."""
+    min_result_tokens: int = attrs.field(default=64, validator=_non_negative_int)
+    """Results smaller than this are kept: clearing them would save next to nothing."""
+    placeholder: str = attrs.field(default=DEFAULT_PLACEHOLDER, validator=_placeholder_text)
+    """The text a cleared result gets."""
+    placeholder_fn: PlaceholderFn | None = attrs.field(default=None, validator=_optional_callable)
+    """Per-result placeholder, called as ``placeholder_fn(call, result)`` (``call`` is
+    None when the call is not in the view). It must be idempotent: the same input
+    must give the same text on every call, or each projection rewrites the
+    prompt prefix differently and the provider's prompt cache never hits."""
+    idle_threshold: _dt.timedelta | None = attrs.field(default=None, validator=_idle_threshold)
+    """When set, rewrite only if the newest assistant message is older than this:
+    before that the provider's prompt cache is likely warm, and rewriting the
+    prefix would throw it away. Without a timestamp on that message (or without
+    an assistant message) the cache is taken as cold."""
+    clock: Callable[[], _dt.datetime] = attrs.field(default=_utcnow, validator=_callable)
+    """Returns the current time; naive datetimes (here and in timestamps) are taken as UTC."""
+    name: str = attrs.field(default="tool_result_microcompact", init=False)
+    """The strategy's name in events, spans and logs."""
+
+    async def apply(
+        self, transcript: Sequence[Message], view: Sequence[Message], budget: Budget
+    ) -> StrategyResult:
+        """Clear old tool results in ``view`` until it fits under ``budget.threshold``."""
+        return self.rewrite(view, budget)
+
+    def rewrite(self, view: Sequence[Message], budget: Budget) -> StrategyResult:
+        """The synchronous body of `apply`: no I/O, the same input gives the same result."""
+        if budget.tokens <= budget.threshold:
+            return StrategyResult.unchanged(view)
+        if not self.cache_is_cold(view):
+            logger.debug("strategy=<%s> | prompt cache still warm, not rewriting", self.name)
+            return StrategyResult.unchanged(view)
+        counter = budget.counter
+        messages = list(view)
+        replaced: list[Message] = []
+        saved = 0
+        for index, call in self._candidates(view, counter):
+            if budget.tokens - saved <= budget.threshold:
+                break
+            original = view[index]
+            cleared = self.clear(call, original)
+            delta = counter.count_message(original) - counter.count_message(cleared)
+            if delta <= 0:
+                continue
+            messages[index] = cleared
+            replaced.append(original)
+            saved += delta
+        if not replaced:
+            return StrategyResult.unchanged(view)
+        logger.debug(
+            "strategy=<%s> cleared=<%d> tokens_saved=<%d> | rewrite applied",
+            self.name, len(replaced), saved,
+        )
+        return StrategyResult(
+            messages=messages, applied=True, tokens_saved=saved, replaced=replaced
+        )
+
+    def candidates(self, view: Sequence[Message], counter: TokenCounter) -> tuple[int, ...]:
+        """Indices of the results this strategy may clear, in clearing order (oldest first)."""
+        return tuple(index for index, _ in self._candidates(view, counter))
+
+    def _candidates(
+        self, view: Sequence[Message], counter: TokenCounter
+    ) -> list[tuple[int, ToolCall | None]]:
+        shape = analyze(view)
+        calls = _answered_calls(view)
+        kept = _newest_distinct(view, calls, self.keep_recent)
+        found: list[tuple[int, ToolCall | None]] = []
+        for index in range(shape.lead_end, min(shape.tail_start, shape.pending_start)):
+            message = view[index]
+            if message.role != "tool" or index in kept or shape.is_protected(index):
+                continue
+            if message.metadata.get(CLEARED_KEY):
+                continue
+            if counter.count_message(message) < self.min_result_tokens:
+                continue
+            call = calls[index]
+            if self.classifier is not None and (call is None or not self.classifier(call, message)):
+                continue
+            found.append((index, call))
+        return found
+
+    def cache_is_cold(self, view: Sequence[Message]) -> bool:
+        """Whether ``idle_threshold`` allows a rewrite of ``view`` now."""
+        if self.idle_threshold is None:
+            return True
+        stamp = next(
+            (m.timestamp for m in reversed(view) if m.role == "assistant"), None
+        )
+        if stamp is None:
+            return True
+        return _aware(self.clock()) - _aware(stamp) > self.idle_threshold
+
+    def clear(self, call: ToolCall | None, result: Message) -> Message:
+        """The cleared copy of ``result``: placeholder text, same role, id and name."""
+        fn = self.placeholder_fn
+        text = self.placeholder if fn is None else fn(call, result)
+        if not isinstance(text, str) or not text.strip():
+            raise ConfigurationError(
+                f"placeholder_fn returned {text!r} for tool call {result.tool_call_id!r}; "
+                "it must return a non-empty str"
+            )
+        return attrs.evolve(
+            result,
+            content=(TextBlock(text),),
+            metadata={**result.metadata, CLEARED_KEY: True},
+        )

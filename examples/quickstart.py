@@ -1,0 +1,78 @@
+"""Quickstart: a long tool-using agent session pushed through `ContextEngine.default`.
+
+The agent loop below does what a runtime does before every LLM call: it asks the
+engine for the view to send, commits the view when the engine says so, and
+appends the model's next step. Every rewrite is printed as it happens.
+
+Run with `make demo` (or `python examples/quickstart.py`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+from context_engine import ContextEngine, RewriteEvent
+from context_engine.testing import synthetic_session
+
+WINDOW = 32_000
+
+
+def memory_notes() -> str:
+    """What a harness keeps as session memory (here: fixed notes)."""
+    return (
+        "Task: fix nested parentheses in src/app/parser.py.\n"
+        "Known: 12 tests in tests/test_parser.py fail on nested groups.\n"
+        "Next: patch parse_group, re-run the tests."
+    )
+
+
+def show(event: RewriteEvent, step: int) -> None:
+    tried = ", ".join(f"{s.name}{'*' if s.applied else ''}" for s in event.steps)
+    print(
+        f"step {step:4d}  {event.reason:<9} {event.strategy:<26} "
+        f"{event.tokens_before:>7,} -> {event.tokens_after:>7,} tokens"
+        f"{'  committed' if event.committed else ''}   [{tried}]"
+    )
+
+
+async def main() -> None:
+    session = synthetic_session(600)
+    engine = ContextEngine.default(
+        WINDOW,
+        seed=memory_notes,
+        commit_strategies=("session_memory", "full_summary"),
+    )
+    print(
+        f"window {WINDOW:,} tokens, threshold {engine.threshold:,}; "
+        f"session of {len(session)} messages; * = strategy applied\n"
+    )
+    transcript = session[:2]
+    sent = 0
+    tally: Counter[str] = Counter()
+    last_shown = ""
+    for step, message in enumerate(session[2:], start=1):
+        transcript.append(message)
+        if message.role != "tool":
+            continue  # the model is called after each tool result
+        projection = await engine.project(transcript)
+        sent += projection.usage.tokens
+        event = projection.event
+        if event is not None:
+            tally[event.strategy] += 1
+            # The same light rewrite repeats on every call until a commit; show changes only.
+            if event.committed or event.strategy != last_shown:
+                show(event, step)
+                last_shown = event.strategy
+        if projection.should_commit and projection.commit_messages is not None:
+            transcript = list(projection.commit_messages)
+    full = sum(engine.counter.count_message(m) for m in session)
+    print(f"\nrewrites by strategy: {dict(tally)}")
+    print(
+        f"the full session is {full:,} tokens; the last view "
+        f"{engine.usage.tokens if engine.usage else 0:,}; {sent:,} tokens sent in all."
+    )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,439 @@
+"""HardTruncate: the last resort drops the oldest turns, then the oldest steps, behind a marker."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import regex
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from context_engine.errors import ConfigurationError
+from context_engine.formats.openai import from_openai
+from context_engine.invariants import check_view
+from context_engine.messages import ContextSummary, ImageBlock, Message, TextBlock, ToolCall
+from context_engine.strategies.base import (
+    Budget,
+    ForceCompactionStrategy,
+    Strategy,
+    StrategyResult,
+)
+from context_engine.strategies.hard_truncate import (
+    HardTruncate,
+    is_truncation_marker,
+    trim_user_message,
+    truncation_marker,
+)
+from context_engine.structure import TRIMMED_KEY, TRUNCATION_KEY, analyze, is_user_message
+from context_engine.testing import FixedTokenCounter
+from tests.conftest import load_corpus_dicts
+from tests.transcripts import transcripts
+
+FAST = settings(max_examples=60, deadline=None)
+TRIM_MARKER = regex.compile(r"\n\[(\d+) characters trimmed\]\n")
+MARKER_TOKENS = 37  # FixedTokenCounter tokens of a marker for 2 to 999 messages
+
+
+def text(tokens: int, fill: str = "x") -> str:
+    return fill * (4 * tokens)
+
+
+def measure_with(counter: FixedTokenCounter) -> Callable[[Sequence[Message]], int]:
+    return lambda messages: sum(counter.count_message(m) for m in messages)
+
+
+def budget_for(view: Sequence[Message], counter: FixedTokenCounter, threshold: int) -> Budget:
+    measure = measure_with(counter)
+    return Budget(
+        tokens=measure(view), window=threshold * 2 + 1, threshold=threshold, counter=counter,
+        measure=measure,
+    )
+
+
+def group(cid: str, tokens: int = 10) -> list[Message]:
+    return [
+        Message.assistant(tool_calls=[ToolCall(cid, "bash", "{}")]),
+        Message.tool(cid, text(tokens)),
+    ]
+
+
+def chat(turns: int = 6) -> list[Message]:
+    """``turns`` turns of a 14-token user message and a 54-token answer (68 a turn)."""
+    view = [Message.system(text(10))]
+    for turn in range(turns):
+        view += [Message.user(text(10, chr(ord("a") + turn))), Message.assistant(text(50))]
+    return view
+
+
+def steps(count: int, prefix: str = "s") -> list[Message]:
+    """``count`` tool steps of 23 tokens each."""
+    return [m for step in range(count) for m in group(f"{prefix}{step}")]
+
+
+def agent_session(count: int = 20) -> list[Message]:
+    """One user request, then ``count`` tool steps."""
+    return [Message.system(text(10)), Message.user(text(10, "u")), *steps(count)]
+
+
+def markers(view: Sequence[Message]) -> list[int]:
+    return [i for i, m in enumerate(view) if TRUNCATION_KEY in m.metadata]
+
+
+def slot_of(view: Sequence[Message]) -> int:
+    """Where the marker belongs: after the leading block and a leading checkpoint."""
+    slot = analyze(view).lead_end
+    if slot < len(view) and view[slot].is_summary:
+        slot += 1
+    return slot
+
+
+def at_floor(view: Sequence[Message]) -> bool:
+    """Only what HardTruncate must keep is left."""
+    shape = analyze(view)
+    start = slot_of(view)
+    if start < len(view) and is_truncation_marker(view[start]):
+        start += 1
+    return all(i == shape.last_user or i >= shape.tail_start for i in range(start, len(view)))
+
+
+async def run(
+    strategy: HardTruncate,
+    view: Sequence[Message],
+    counter: FixedTokenCounter,
+    threshold: int,
+    *,
+    transcript: Sequence[Message] | None = None,
+    force: bool = False,
+) -> StrategyResult:
+    """Apply (or force), then check what every run must keep."""
+    source = list(view if transcript is None else transcript)
+    before_view, before_source = copy.deepcopy(list(view)), copy.deepcopy(source)
+    budget = budget_for(view, counter, threshold)
+    if force:
+        result = await strategy.force_apply(source, view, budget, instructions="ignored")
+    else:
+        result = await strategy.apply(source, view, budget)
+    assert list(view) == before_view, "view mutated"
+    assert source == before_source, "transcript mutated"
+    assert check_view(source, result.messages) == []
+    assert result.info is None
+    if not result.applied:
+        assert result.messages == tuple(view)
+        assert result.replaced == ()
+        return result
+    measure = measure_with(counter)
+    assert result.tokens_saved == budget.tokens - measure(result.messages) > 0
+    assert measure(result.messages) <= threshold or at_floor(result.messages)
+    found = markers(result.messages)
+    assert len(found) <= 1
+    position = {id(m): i for i, m in enumerate(view)}
+    assert all(id(m) in position for m in result.replaced)
+    assert [position[id(m)] for m in result.replaced] == sorted(
+        position[id(m)] for m in result.replaced
+    )
+    in_view = {id(m) for m in view}
+    trimmed = [
+        m for m in result.messages
+        if is_user_message(m) and TRIMMED_KEY in m.metadata and id(m) not in in_view
+    ]
+    assert len(trimmed) <= 1
+    dropped = len(result.replaced) - len(trimmed)
+    old = [m for m in view if is_truncation_marker(m)]
+    if dropped:
+        (index,) = found
+        marker = result.messages[index]
+        assert index == slot_of(result.messages)
+        assert marker.role == "user"
+        prior = old[0].metadata[TRUNCATION_KEY] if old else 0
+        assert marker.metadata[TRUNCATION_KEY] == prior + dropped
+    else:
+        assert trimmed
+        assert [result.messages[i] for i in found] == old  # an earlier marker stays as it was
+    return result
+
+
+def test_is_a_force_compaction_strategy_without_llm() -> None:
+    strategy = HardTruncate()
+    assert isinstance(strategy, Strategy)
+    assert isinstance(strategy, ForceCompactionStrategy)
+    assert strategy.name == "hard_truncate"
+    assert HardTruncate.uses_llm is False
+    assert strategy.max_user_share == 0.5
+
+
+@pytest.mark.parametrize(
+    "share",
+    [
+        pytest.param(0, id="zero"),
+        pytest.param(-0.1, id="negative"),
+        pytest.param(1.5, id="above-one"),
+        pytest.param(True, id="bool"),
+        pytest.param("half", id="str"),
+    ],
+)
+def test_bad_max_user_share_says_how_to_fix_it(share: Any) -> None:
+    with pytest.raises(ConfigurationError, match=r"max_user_share=.* must be a number in \(0, 1\]"):
+        HardTruncate(max_user_share=share)
+
+
+async def test_drops_the_oldest_whole_turns_first(counter: FixedTokenCounter) -> None:
+    view = chat(6)  # 422 tokens
+    result = await run(HardTruncate(), view, counter, 300)
+    # 422 - 3 * 68 + 37 = 255 fits; two turns would leave 323.
+    assert result.replaced == tuple(view[1:7])
+    assert result.messages[0] is view[0]
+    assert result.messages[1] == truncation_marker(6)
+    assert result.messages[1].metadata[TRUNCATION_KEY] == 6
+    assert list(result.messages[2:]) == view[7:]
+    assert result.tokens_saved == 422 - 255
+
+
+async def test_then_the_oldest_tool_steps_of_the_current_turn(
+    counter: FixedTokenCounter,
+) -> None:
+    view = agent_session(20)  # 28 + 20 * 23 = 488 tokens
+    result = await run(HardTruncate(), view, counter, 300)
+    # 488 - 10 * 23 + 37 = 295 fits; nine steps would leave 318.
+    assert result.messages[1].metadata[TRUNCATION_KEY] == 20
+    assert result.messages[2] is view[1]  # the request stays
+    assert list(result.messages[3:]) == view[22:]
+    assert result.replaced == tuple(view[2:22])
+
+
+async def test_turns_go_before_any_step_of_the_current_turn(counter: FixedTokenCounter) -> None:
+    view = [*chat(2), Message.user(text(10, "c")), *steps(10)]  # 14 + 136 + 14 + 230 = 394
+    result = await run(HardTruncate(), view, counter, 200)
+    # both older turns (136), then 5 steps (115): 394 - 251 + 37 = 180; 4 steps leave 203.
+    assert result.messages[1].metadata[TRUNCATION_KEY] == 4 + 10
+    assert result.messages[2] is view[5]
+    assert list(result.messages[3:]) == view[16:]
+
+
+async def test_one_huge_turn_of_300_tool_steps(counter: FixedTokenCounter) -> None:
+    view = agent_session(300)  # 6928 tokens
+    result = await run(HardTruncate(), view, counter, 2_000)
+    kept_steps = (len(result.messages) - 3) // 2
+    assert kept_steps == (2_000 - 28 - MARKER_TOKENS) // 23
+    assert result.messages[1].metadata[TRUNCATION_KEY] == 2 * (300 - kept_steps)
+    assert result.messages[2] is view[1]
+    assert result.messages[-2:] == tuple(view[-2:])
+
+
+async def test_parallel_calls_go_as_one_group(counter: FixedTokenCounter) -> None:
+    parallel = [
+        Message.assistant(tool_calls=[ToolCall(f"p{i}", "bash", "{}") for i in range(3)]),
+        *[Message.tool(f"p{i}", text(10)) for i in range(3)],
+    ]  # 4 + 15 + 42 = 61 tokens
+    view = [Message.system(text(10)), Message.user(text(10)), *parallel, *steps(3)]
+    result = await run(HardTruncate(), view, counter, 155)  # 158 - 61 + 37 = 134
+    assert result.replaced == tuple(parallel)
+    assert result.messages[1].metadata[TRUNCATION_KEY] == 4
+
+
+async def test_pending_calls_and_the_newest_group_are_never_dropped(
+    counter: FixedTokenCounter,
+) -> None:
+    pending = [
+        Message.assistant(tool_calls=[ToolCall("w1", "approve"), ToolCall("w2", "bash")]),
+        Message.tool("w2", text(10)),
+    ]
+    view = [*agent_session(10), *pending]
+    result = await run(HardTruncate(), view, counter, 100)  # the floor is 117 tokens
+    assert at_floor(result.messages)
+    assert list(result.messages[2:]) == [view[1], *view[20:]]
+    assert result.messages[1].metadata[TRUNCATION_KEY] == 18
+
+
+async def test_leading_checkpoint_stays_and_the_marker_follows_it(
+    counter: FixedTokenCounter,
+) -> None:
+    checkpoint = ContextSummary(summary="earlier work", tokens_before=50_000)
+    view = [chat(1)[0], checkpoint, *chat(6)[1:]]
+    result = await run(HardTruncate(), view, counter, 300)
+    assert result.messages[1] is checkpoint
+    assert is_truncation_marker(result.messages[2])
+    assert checkpoint not in result.replaced
+
+
+async def test_without_any_user_message_drops_the_oldest_messages(
+    counter: FixedTokenCounter,
+) -> None:
+    view = [Message.system(text(10)), *[Message.assistant(text(50)) for _ in range(6)]]
+    result = await run(HardTruncate(), view, counter, 200)  # 338 before
+    # 338 - 4 * 54 + 37 = 159; three dropped would leave 213.
+    assert result.replaced == tuple(view[1:5])
+    assert result.messages[1].role == "user"  # the marker now opens the conversation
+    assert list(result.messages[2:]) == view[5:]
+
+
+@pytest.mark.parametrize(
+    "view",
+    [
+        pytest.param([Message.system(text(1000))], id="only-a-system-prompt"),
+        pytest.param([Message.system(text(1000)), Message.user(text(10))], id="only-a-small-user"),
+        pytest.param(
+            [Message.system(text(1000)), Message.user(text(10)), *group("c1")],
+            id="user-and-its-only-tool-group",
+        ),
+    ],
+)
+async def test_nothing_droppable_is_a_no_op(
+    counter: FixedTokenCounter, view: list[Message]
+) -> None:
+    result = await run(HardTruncate(), view, counter, 50)
+    assert not result.applied
+
+
+async def test_at_the_floor_a_second_run_changes_nothing(counter: FixedTokenCounter) -> None:
+    view = [
+        Message.system(text(1000)),
+        *chat(2)[1:],
+        Message.user(text(10)),
+        *steps(3),
+    ]
+    first = await run(HardTruncate(), view, counter, 100)
+    assert at_floor(first.messages)
+    assert first.messages[1].metadata[TRUNCATION_KEY] == 4 + 4
+    again = await run(HardTruncate(), first.messages, counter, 100, transcript=view)
+    assert not again.applied
+
+
+async def test_running_again_merges_into_the_same_marker(counter: FixedTokenCounter) -> None:
+    view = chat(6)
+    first = await run(HardTruncate(), view, counter, 300)
+    second = await run(HardTruncate(), first.messages, counter, 200, transcript=view)
+    # 255 tokens: one more turn goes (255 - 68 = 187), the marker now counts 6 + 2.
+    assert markers(second.messages) == [1]
+    assert second.messages[1].metadata[TRUNCATION_KEY] == 8
+    assert second.replaced == tuple(view[7:9])
+    assert first.messages[1] not in second.replaced
+    assert list(second.messages[2:]) == view[9:]
+
+
+async def test_fits_already_is_a_no_op_for_apply_and_force(counter: FixedTokenCounter) -> None:
+    view = chat(6)
+    first = await run(HardTruncate(), view, counter, 300)
+    assert not (await run(HardTruncate(), first.messages, counter, 300, transcript=view)).applied
+    again = await run(HardTruncate(), first.messages, counter, 300, transcript=view, force=True)
+    assert not again.applied
+    assert not (await run(HardTruncate(), view, counter, 10_000, force=True)).applied
+
+
+async def test_force_apply_truncates_the_view_it_is_given(counter: FixedTokenCounter) -> None:
+    transcript = chat(6)
+    view = [transcript[0], *transcript[3:]]  # already lost a turn
+    result = await run(HardTruncate(), view, counter, 300, transcript=transcript, force=True)
+    assert result.replaced == tuple(transcript[3:7])
+    assert list(result.messages[2:]) == transcript[7:]
+
+
+async def test_same_input_gives_the_same_view(counter: FixedTokenCounter) -> None:
+    view = [*chat(3), Message.user(text(3000))]
+    first = await run(HardTruncate(), view, counter, 1_000)
+    second = await run(HardTruncate(), view, counter, 1_000)
+    assert first.messages == second.messages
+
+
+def newest_user_view(tokens: int) -> list[Message]:
+    return [*chat(1), Message.user(text(tokens, "L") + text(tokens, "R"))]  # 82 + 2 * tokens + 4
+
+
+async def test_oversized_newest_user_message_is_trimmed_head_and_tail(
+    counter: FixedTokenCounter,
+) -> None:
+    view = newest_user_view(1000)
+    result = await run(HardTruncate(), view, counter, 1_000)  # limit: 500 tokens
+    assert result.replaced == (view[-1],)  # trimming alone was enough: nothing dropped
+    assert markers(result.messages) == []
+    trimmed = result.messages[-1]
+    assert trimmed.metadata[TRIMMED_KEY] == 1
+    assert 450 <= counter.count_message(trimmed) <= 500
+    (removed,) = TRIM_MARKER.findall(trimmed.text)
+    head, tail = TRIM_MARKER.split(trimmed.text)[::2]
+    assert set(head) == {"L"}
+    assert set(tail) == {"R"}
+    assert len(head) + len(tail) + int(removed) == len(view[-1].text)
+    assert list(result.messages[:-1]) == view[:-1]
+
+
+async def test_newest_user_message_within_its_share_is_untouched(
+    counter: FixedTokenCounter,
+) -> None:
+    view = [*chat(6), Message.user(text(200))]
+    result = await run(HardTruncate(), view, counter, 500)  # limit 250, message 204
+    assert result.messages[-1] is view[-1]
+    assert markers(result.messages) == [1]
+
+
+@pytest.mark.parametrize(
+    ("share", "limit"),
+    [
+        pytest.param(0.25, 250, id="quarter"),
+        pytest.param(0.5, 500, id="default-half"),
+        pytest.param(1.0, 1000, id="whole-threshold"),
+    ],
+)
+async def test_max_user_share_sets_the_trim_limit(
+    counter: FixedTokenCounter, share: float, limit: int
+) -> None:
+    view = newest_user_view(1500)
+    result = await run(HardTruncate(max_user_share=share), view, counter, 1_000)
+    user = next(m for m in result.messages if TRIMMED_KEY in m.metadata)
+    assert 0.85 * limit <= counter.count_message(user) <= limit
+
+
+async def test_trimming_keeps_images_and_metadata(counter: FixedTokenCounter) -> None:
+    image = ImageBlock(url="https://example.invalid/screenshot.png")
+    newest = Message(
+        "user", (TextBlock(text(1000)), image, TextBlock(text(1000))), name="ana",
+        metadata={"trace": "t-1"},
+    )
+    view = [*chat(1), newest]
+    result = await run(HardTruncate(), view, counter, 2_000)
+    trimmed = result.messages[-1]
+    assert trimmed.content[1] is image
+    assert trimmed.metadata == {"trace": "t-1", TRIMMED_KEY: 2}
+    assert trimmed.name == "ana"
+
+
+def test_trim_user_message_edges(counter: FixedTokenCounter) -> None:
+    images_only = Message("user", (ImageBlock(url="https://example.invalid/a.png"),))
+    assert trim_user_message(images_only, counter, 10) is None
+    small = Message.user(text(10))
+    assert trim_user_message(small, counter, 100) is None
+    smallest = trim_user_message(Message.user(text(1000)), counter, 0)
+    assert smallest is not None
+    assert TRIM_MARKER.fullmatch(smallest.text)
+    assert trim_user_message(smallest, counter, 0) is None  # never trimmed twice
+
+
+@FAST
+@given(transcript=transcripts(max_turns=5, max_steps=5), threshold=st.integers(0, 30_000))
+def test_generated_transcripts_fit_or_reach_the_floor(
+    transcript: list[Message], threshold: int
+) -> None:
+    counter = FixedTokenCounter()
+    strategy = HardTruncate()
+    result = asyncio.run(run(strategy, transcript, counter, threshold))
+    again = asyncio.run(run(strategy, result.messages, counter, threshold, transcript=transcript))
+    assert not again.applied
+
+
+@pytest.mark.parametrize("fraction", [0.02, 0.1, 0.3, 0.6, 0.9])
+async def test_corpus_transcripts_fit_or_reach_the_floor(
+    corpus_path: Path, fraction: float
+) -> None:
+    counter = FixedTokenCounter()
+    transcript = from_openai(load_corpus_dicts(corpus_path))
+    threshold = int(measure_with(counter)(transcript) * fraction)
+    result = await run(HardTruncate(), transcript, counter, threshold)
+    assert result.applied
+    tokens = measure_with(counter)(result.messages)
+    assert tokens <= threshold or at_floor(result.messages)
+    again = await run(HardTruncate(), result.messages, counter, threshold, transcript=transcript)
+    assert not again.applied
