@@ -8,7 +8,7 @@ import attrs
 
 from context_engine._pipeline import PipelineOutcome
 from context_engine.messages import Message
-from context_engine.structure import analyze
+from context_engine.structure import CLEARED_KEY, TRIMMED_KEY, TRUNCATION_KEY, analyze
 from context_engine.tokens import (
     REQUEST_OVERHEAD_TOKENS,
     TokenCounter,
@@ -25,6 +25,17 @@ def _same_prefix(view: Sequence[Message], reference: Sequence[Message], length: 
     if len(view) < length or len(reference) < length:
         return False
     return all(a is b for a, b in zip(view[:length], reference, strict=False))
+
+
+def _rewritten(message: Message) -> bool:
+    """A checkpoint, a truncation marker, or a message a strategy shortened."""
+    if message.is_summary:
+        return True
+    metadata = message.metadata
+    return bool(metadata) and any(key in metadata for key in _REWRITE_KEYS)
+
+
+_REWRITE_KEYS = (CLEARED_KEY, TRIMMED_KEY, TRUNCATION_KEY)
 
 
 @attrs.define
@@ -48,10 +59,16 @@ class Meter:
         a view the engine returned (the one just sent, or the one the last
         estimate was already anchored on) and ignored otherwise: a usage left on
         a message kept after a compaction describes the longer prompt before it.
-        Without history the anchor is checked against the counted prefix.
+        Without history an anchor behind a message the engine rewrote may
+        predate that rewrite, so it is ignored; any other anchor is checked
+        against the counted prefix.
         """
         trusted: bool | None = None
-        if last is not None:
+        if last is None:
+            index = last_usage_index(view)
+            if index > 0 and any(_rewritten(m) for m in view[:index]):
+                trusted = False
+        else:
             sent, sent_estimate = last
             index = last_usage_index(view)
             if index == len(sent):

@@ -429,15 +429,9 @@ async def test_usage_and_snapshot_describe_the_last_view() -> None:
     assert usage == result.usage
     assert usage.context_window == 20_000
     snap = engine.snapshot()
-    assert (
-        snap is not None
-    )
-    assert (
-        snap.last_strategy == "shrink"
-    )
-    assert (
-        snap.message_count == len(result.messages)
-    )
+    assert snap is not None
+    assert snap.last_strategy == "shrink"
+    assert snap.message_count == len(result.messages)
 
 
 async def test_sync_records_a_new_baseline() -> None:
@@ -497,3 +491,28 @@ async def test_usage_left_on_a_kept_message_after_a_commit_does_not_cause_anothe
     assert summary.calls == 1
     assert not second.changed
     assert second.usage.tokens <= engine.threshold
+
+
+def test_a_fresh_engine_ignores_an_anchor_behind_a_checkpoint() -> None:
+    """Loaded from disk after a compaction, the old usage may predate the checkpoint."""
+    engine = engine_with()
+    from context_engine import ContextSummary
+
+    view = [
+        Message.system("sys"),
+        ContextSummary(summary="earlier work", tokens_before=50_000),
+        Message.user("continue"),
+        Message.assistant("ok", usage=Usage(input_tokens=48_000, output_tokens=20)),
+    ]
+    estimate = engine.estimate(view)
+    assert estimate.last_usage_index == -1
+    assert estimate.tokens < 1_000
+
+
+def test_a_fresh_engine_trusts_a_plausible_anchor_on_an_untouched_transcript() -> None:
+    engine = engine_with()
+    view = [
+        Message.user("hello " * 100),
+        Message.assistant("ok", usage=Usage(input_tokens=400, output_tokens=5)),
+    ]
+    assert engine.estimate(view).usage_tokens == 405

@@ -50,7 +50,10 @@ def measure_with(counter: FixedTokenCounter) -> Callable[[Sequence[Message]], in
 def budget_for(view: Sequence[Message], counter: FixedTokenCounter, threshold: int) -> Budget:
     measure = measure_with(counter)
     return Budget(
-        tokens=measure(view), window=threshold * 2 + 1, threshold=threshold, counter=counter,
+        tokens=measure(view),
+        window=threshold * 2 + 1,
+        threshold=threshold,
+        counter=counter,
         measure=measure,
     )
 
@@ -138,7 +141,8 @@ async def run(
     )
     in_view = {id(m) for m in view}
     trimmed = [
-        m for m in result.messages
+        m
+        for m in result.messages
         if is_user_message(m) and TRIMMED_KEY in m.metadata and id(m) not in in_view
     ]
     assert len(trimmed) <= 1
@@ -390,7 +394,9 @@ async def test_max_user_share_sets_the_trim_limit(
 async def test_trimming_keeps_images_and_metadata(counter: FixedTokenCounter) -> None:
     image = ImageBlock(url="https://example.invalid/screenshot.png")
     newest = Message(
-        "user", (TextBlock(text(1000)), image, TextBlock(text(1000))), name="ana",
+        "user",
+        (TextBlock(text(1000)), image, TextBlock(text(1000))),
+        name="ana",
         metadata={"trace": "t-1"},
     )
     view = [*chat(1), newest]

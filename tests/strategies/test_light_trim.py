@@ -37,7 +37,10 @@ def measure_with(counter: FixedTokenCounter) -> Any:
 def budget_for(view: Sequence[Message], counter: FixedTokenCounter, threshold: int = 0) -> Budget:
     measure = measure_with(counter)
     return Budget(
-        tokens=measure(view), window=1_000_000, threshold=threshold, counter=counter,
+        tokens=measure(view),
+        window=1_000_000,
+        threshold=threshold,
+        counter=counter,
         measure=measure,
     )
 
@@ -97,11 +100,17 @@ async def run(
             "abcdef\r\ngh", 2, 3, "ab\n[6 characters trimmed]\ngh", id="crlf-at-tail-cut-goes-whole"
         ),
         pytest.param(
-            "a\ud83d\ude00bcdefgh", 2, 2, "a\n[7 characters trimmed]\ngh",
+            "a\ud83d\ude00bcdefgh",
+            2,
+            2,
+            "a\n[7 characters trimmed]\ngh",
             id="surrogate-pair-at-head-cut-goes-whole",
         ),
         pytest.param(
-            "abcdefg\ud83d\ude00h", 2, 2, "ab\n[7 characters trimmed]\nh",
+            "abcdefg\ud83d\ude00h",
+            2,
+            2,
+            "ab\n[7 characters trimmed]\nh",
             id="surrogate-pair-at-tail-cut-goes-whole",
         ),
         pytest.param(
@@ -149,15 +158,15 @@ def test_is_a_strategy_named_light_trim() -> None:
 def mixed_view() -> list[Message]:
     args = json.dumps({"path": "a.py", "content": LONG})
     return [
-        Message.system(LONG),                                                   # 0 leading block
-        Message.user(LONG),                                                     # 1 older user
+        Message.system(LONG),  # 0 leading block
+        Message.user(LONG),  # 1 older user
         Message("assistant", (TextBlock(LONG), ToolCall("c1", "write", args))),  # 2 text only
-        Message.tool("c1", LONG, name="write"),                                 # 3 tool result
-        Message("assistant", (ThinkingBlock(LONG), TextBlock("short"))),        # 4 nothing long
-        Message.user(LONG),                                                     # 5 newest user
-        Message.assistant(LONG),                                                # 6 after it
-        Message.assistant(tool_calls=[ToolCall("c2", "ls")]),                   # 7 kept (recent)
-        Message.tool("c2", LONG, name="ls"),                                    # 8 kept (recent)
+        Message.tool("c1", LONG, name="write"),  # 3 tool result
+        Message("assistant", (ThinkingBlock(LONG), TextBlock("short"))),  # 4 nothing long
+        Message.user(LONG),  # 5 newest user
+        Message.assistant(LONG),  # 6 after it
+        Message.assistant(tool_calls=[ToolCall("c2", "ls")]),  # 7 kept (recent)
+        Message.tool("c2", LONG, name="ls"),  # 8 kept (recent)
     ]
 
 
@@ -301,10 +310,16 @@ def test_candidates_are_listed_oldest_first() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        pytest.param({"text_threshold": 100, "preserve_head": 60, "preserve_tail": 40},
-                     "text_threshold", id="head-plus-tail-equal-threshold"),
-        pytest.param({"text_threshold": 100, "preserve_head": 30, "preserve_tail": 30},
-                     "marker", id="no-room-for-the-marker"),
+        pytest.param(
+            {"text_threshold": 100, "preserve_head": 60, "preserve_tail": 40},
+            "text_threshold",
+            id="head-plus-tail-equal-threshold",
+        ),
+        pytest.param(
+            {"text_threshold": 100, "preserve_head": 30, "preserve_tail": 30},
+            "marker",
+            id="no-room-for-the-marker",
+        ),
         pytest.param({"keep_recent": -1}, "keep_recent", id="negative-keep-recent"),
         pytest.param({"preserve_head": -1}, "preserve_head", id="negative-head"),
         pytest.param({"text_threshold": 4000.5}, "text_threshold", id="float-threshold"),
@@ -325,8 +340,10 @@ def test_tightest_valid_configuration_is_idempotent() -> None:
 
 @pytest.mark.parametrize(
     "strategy",
-    [LightTrim(), LightTrim(keep_recent=0, text_threshold=1000, preserve_head=300,
-                            preserve_tail=200)],
+    [
+        LightTrim(),
+        LightTrim(keep_recent=0, text_threshold=1000, preserve_head=300, preserve_tail=200),
+    ],
     ids=["defaults", "aggressive"],
 )
 async def test_corpus_views_keep_invariants_and_are_stable(
@@ -335,11 +352,13 @@ async def test_corpus_views_keep_invariants_and_are_stable(
     transcript = from_openai(load_corpus_dicts(corpus_path))
     first = await run(strategy, transcript, counter, threshold=0)
     shape = analyze(transcript)
-    eligible = range(shape.lead_end, min(len(transcript) - strategy.keep_recent,
-                                         shape.pending_start))
+    eligible = range(
+        shape.lead_end, min(len(transcript) - strategy.keep_recent, shape.pending_start)
+    )
     long_blocks = sum(
         1
-        for i in eligible if i != shape.last_user
+        for i in eligible
+        if i != shape.last_user
         for b in transcript[i].content
         if isinstance(b, TextBlock) and len(b.text) > strategy.text_threshold
     )

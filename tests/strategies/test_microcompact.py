@@ -59,7 +59,10 @@ def measure_with(counter: FixedTokenCounter) -> Any:
 def budget_for(view: Sequence[Message], counter: FixedTokenCounter, threshold: int = 0) -> Budget:
     measure = measure_with(counter)
     return Budget(
-        tokens=measure(view), window=1_000_000, threshold=threshold, counter=counter,
+        tokens=measure(view),
+        window=1_000_000,
+        threshold=threshold,
+        counter=counter,
         measure=measure,
     )
 
@@ -112,35 +115,59 @@ async def test_keeps_the_newest_results_and_clears_the_rest(counter: FixedTokenC
     ("calls", "keep_recent", "expected_cleared"),
     [
         pytest.param(
-            [("read_file", '{"path": "a"}'), ("read_file", '{"path": "b"}'),
-             ("read_file", '{"path": "a"}')],
-            2, [0], id="repeated-call-supersedes-its-older-result",
+            [
+                ("read_file", '{"path": "a"}'),
+                ("read_file", '{"path": "b"}'),
+                ("read_file", '{"path": "a"}'),
+            ],
+            2,
+            [0],
+            id="repeated-call-supersedes-its-older-result",
         ),
         pytest.param(
-            [("read_file", '{"path": "a"}'), ("read_file", '{"path": "a"}'),
-             ("read_file", '{"path": "a"}'), ("ls", "{}")],
-            2, [0, 1], id="every-superseded-duplicate-cleared",
+            [
+                ("read_file", '{"path": "a"}'),
+                ("read_file", '{"path": "a"}'),
+                ("read_file", '{"path": "a"}'),
+                ("ls", "{}"),
+            ],
+            2,
+            [0, 1],
+            id="every-superseded-duplicate-cleared",
         ),
         pytest.param(
-            [("read_file", '{"path": "a", "lines": 5}'), ("ls", "{}"),
-             ("read_file", '{ "lines":5,"path":"a" }')],
-            2, [0], id="same-arguments-spelled-differently-are-one-call",
+            [
+                ("read_file", '{"path": "a", "lines": 5}'),
+                ("ls", "{}"),
+                ("read_file", '{ "lines":5,"path":"a" }'),
+            ],
+            2,
+            [0],
+            id="same-arguments-spelled-differently-are-one-call",
         ),
         pytest.param(
             [("read_file", '{"path": "a"}'), ("cat", '{"path": "a"}')],
-            2, [], id="same-arguments-other-tool-is-another-call",
+            2,
+            [],
+            id="same-arguments-other-tool-is-another-call",
         ),
         pytest.param(
             [("run", "not json"), ("run", "not json"), ("run", "not  json")],
-            2, [0], id="unparseable-arguments-compared-as-text",
+            2,
+            [0],
+            id="unparseable-arguments-compared-as-text",
         ),
         pytest.param(
             [("read_file", '{"path": "a"}'), ("ls", "{}"), ("grep", '{"q": "x"}')],
-            0, [0, 1, 2], id="keep-recent-zero-clears-all",
+            0,
+            [0, 1, 2],
+            id="keep-recent-zero-clears-all",
         ),
         pytest.param(
             [("ls", "{}"), ("ls", "{}"), ("ls", "{}"), ("grep", "{}"), ("cat", "{}")],
-            5, [0, 1], id="fewer-distinct-calls-than-keep-recent",
+            5,
+            [0, 1],
+            id="fewer-distinct-calls-than-keep-recent",
         ),
     ],
 )
@@ -239,9 +266,13 @@ async def test_cleared_result_keeps_role_id_name_and_drops_images(
         metadata={"mine": 1},
         timestamp=stamp,
     )
-    view = [Message.system("s"), Message.user("go"),
-            Message.assistant(tool_calls=[ToolCall("a", "screenshot")]), original,
-            Message.user("next")]
+    view = [
+        Message.system("s"),
+        Message.user("go"),
+        Message.assistant(tool_calls=[ToolCall("a", "screenshot")]),
+        original,
+        Message.user("next"),
+    ]
     result = await run(ToolResultMicrocompact(keep_recent=0), view, counter)
     new = result.messages[3]
     assert (new.role, new.tool_call_id, new.name) == ("tool", "a", "screenshot")
@@ -302,7 +333,8 @@ def stamped(view: list[Message], stamp: dt.datetime | None) -> list[Message]:
         pytest.param(dt.datetime(2025, 6, 1, 11, 58), 0, id="naive-timestamp-read-as-utc"),
         pytest.param(
             dt.datetime(2025, 6, 1, 13, 50, tzinfo=dt.timezone(dt.timedelta(hours=2))),
-            2, id="other-timezone-compared-correctly",
+            2,
+            id="other-timezone-compared-correctly",
         ),
     ],
 )
@@ -432,9 +464,7 @@ async def test_candidates_list_clearable_results_oldest_first(counter: FixedToke
         pytest.param({"placeholder_fn": 3}, "placeholder_fn", id="placeholder-fn-not-callable"),
         pytest.param({"idle_threshold": 300}, "timedelta", id="idle-threshold-not-timedelta"),
         pytest.param({"clock": None}, "clock", id="clock-not-callable"),
-        pytest.param(
-            {"idle_threshold": dt.timedelta(seconds=-1)}, "timedelta", id="negative-idle"
-        ),
+        pytest.param({"idle_threshold": dt.timedelta(seconds=-1)}, "timedelta", id="negative-idle"),
     ],
 )
 def test_bad_configuration_fails_at_construction(kwargs: dict[str, Any], match: str) -> None:
@@ -464,7 +494,9 @@ async def test_corpus_views_keep_invariants_and_are_stable(
     survivors = {
         key(m)
         for i, m in enumerate(first.messages)
-        if m.role == "tool" and i < shape.tail_start and not m.metadata.get(CLEARED_KEY)
+        if m.role == "tool"
+        and i < shape.tail_start
+        and not m.metadata.get(CLEARED_KEY)
         and counter.count_message(m) >= strategy.min_result_tokens
     }
     assert len(survivors) <= strategy.keep_recent

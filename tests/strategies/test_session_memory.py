@@ -44,7 +44,10 @@ def measure_with(counter: FixedTokenCounter) -> Callable[[Sequence[Message]], in
 def budget_for(view: Sequence[Message], counter: FixedTokenCounter, threshold: int) -> Budget:
     measure = measure_with(counter)
     return Budget(
-        tokens=measure(view), window=threshold * 2 + 1, threshold=threshold, counter=counter,
+        tokens=measure(view),
+        window=threshold * 2 + 1,
+        threshold=threshold,
+        counter=counter,
         measure=measure,
     )
 
@@ -142,7 +145,9 @@ def test_is_a_force_compaction_strategy_without_llm() -> None:
     assert strategy.name == "session_memory"
     assert SessionMemory(label="notes").name == "notes"
     assert (strategy.keep_recent_tokens, strategy.max_seed_chars, strategy.label) == (
-        8000, 20000, None,
+        8000,
+        20000,
+        None,
     )
 
 
@@ -224,8 +229,9 @@ async def test_unusable_seed_is_a_recorded_no_op(
     assert not result.applied
     assert result.error is not None
     assert fragment in result.error
-    forced = await run(SessionMemory(seed=seed, keep_recent_tokens=100), view, counter, 300,
-                       force=True)
+    forced = await run(
+        SessionMemory(seed=seed, keep_recent_tokens=100), view, counter, 300, force=True
+    )
     assert not forced.applied
     assert forced.error == result.error
 

@@ -43,15 +43,15 @@ def group(*ids: str) -> list[Message]:
 
 def sample_view() -> list[Message]:
     return [
-        Message.system(text(10)),           # 0  14  leading block
-        Message.user(text(10, "a")),        # 1  14  turn A
-        Message.assistant(text(10)),        # 2  14
-        Message.user(text(10, "b")),        # 3  14  turn B
-        *group("c1"),                       # 4  9, 5  14
-        Message.assistant(text(10)),        # 6  14
-        Message.user(text(10, "c")),        # 7  14  turn C (newest)
-        *group("c2"),                       # 8  9, 9  14
-        *group("c3"),                       # 10 9, 11 14  protected tail
+        Message.system(text(10)),  # 0  14  leading block
+        Message.user(text(10, "a")),  # 1  14  turn A
+        Message.assistant(text(10)),  # 2  14
+        Message.user(text(10, "b")),  # 3  14  turn B
+        *group("c1"),  # 4  9, 5  14
+        Message.assistant(text(10)),  # 6  14
+        Message.user(text(10, "c")),  # 7  14  turn C (newest)
+        *group("c2"),  # 8  9, 9  14
+        *group("c3"),  # 10 9, 11 14  protected tail
     ]
 
 
@@ -117,14 +117,14 @@ def test_nothing_to_compact_gives_none(counter: FixedTokenCounter, keep: int) ->
 
 def test_default_slack_is_a_quarter_of_keep(counter: FixedTokenCounter) -> None:
     view = [
-        Message.system(text(10)),           # 0  14
-        Message.user(text(10)),             # 1  14
-        Message.assistant(text(10)),        # 2  14
-        Message.user(text(1)),              # 3  5   opens the turn the cut falls in
-        Message.assistant(text(1)),         # 4  5
-        Message.assistant(text(40)),        # 5  44  raw cut for keep=72
-        Message.user(text(10)),             # 6  14
-        Message.assistant(text(10)),        # 7  14
+        Message.system(text(10)),  # 0  14
+        Message.user(text(10)),  # 1  14
+        Message.assistant(text(10)),  # 2  14
+        Message.user(text(1)),  # 3  5   opens the turn the cut falls in
+        Message.assistant(text(1)),  # 4  5
+        Message.assistant(text(40)),  # 5  44  raw cut for keep=72
+        Message.user(text(10)),  # 6  14
+        Message.assistant(text(10)),  # 7  14
     ]
     moved = cut_of(view, counter, 72)  # slack 18 covers the 10 tokens of messages 3-4
     assert moved is not None
@@ -151,10 +151,10 @@ def test_never_cuts_inside_a_parallel_tool_group(counter: FixedTokenCounter) -> 
     view = [
         Message.system(text(10)),
         Message.user(text(10)),
-        *group("p1", "p2", "p3"),           # 2 assistant, 3 4 5 results
-        Message.assistant(text(10)),        # 6
-        Message.user(text(10)),             # 7
-        Message.assistant(text(10)),        # 8
+        *group("p1", "p2", "p3"),  # 2 assistant, 3 4 5 results
+        Message.assistant(text(10)),  # 6
+        Message.user(text(10)),  # 7
+        Message.assistant(text(10)),  # 8
     ]
     shape = analyze(view)
     cuts = {keep: cut_of(view, counter, keep) for keep in range(0, 120)}
@@ -273,8 +273,10 @@ def test_one_huge_turn_of_300_tool_steps_is_split_and_keeps_its_user(
 
 def test_same_input_gives_the_same_cut(counter: FixedTokenCounter) -> None:
     view = sample_view()
-    assert cut_of(view, counter, 40) == cut_of(view, counter, 40) == cut_of(
-        view, FixedTokenCounter(), 40
+    assert (
+        cut_of(view, counter, 40)
+        == cut_of(view, counter, 40)
+        == cut_of(view, FixedTokenCounter(), 40)
     )
 
 

@@ -1,0 +1,444 @@
+"""Steady-state cost of `ContextEngine.project`: one appended message on a warm engine.
+
+Backs the claim that a call which appends one step to a long history costs
+work proportional to that step, not to the history. Every scenario runs in
+this one process, interleaved round by round in a shuffled order, and is
+timed with ``time.perf_counter_ns``; medians and p90s are reported.
+
+    .venv/bin/python benchmarks/steady_state.py            # full run (make bench)
+    .venv/bin/python benchmarks/steady_state.py --quick    # under two minutes (make bench-quick)
+
+The full run rewrites docs/benchmarks.md and benchmarks/results/steady_state.json;
+the quick run prints the table and writes benchmarks/results/steady_state_quick.json
+only, so a smoke run never replaces the published numbers (``--docs`` / ``--json``
+override either path).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import gc
+import json
+import os
+import platform
+import random
+import re
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from context_engine import ContextEngine, Message, ToolCall
+from context_engine.formats.openai import from_openai, message_to_openai, to_openai
+from context_engine.testing import synthetic_session
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = REPO.parent / "shared" / "corpus" / "dev"
+DOCS = REPO / "docs" / "benchmarks.md"
+RESULTS = REPO / "benchmarks" / "results"
+STEPS = {"quick": (50, 200, 1000), "full": (50, 200, 1000, 5000)}
+# Per (workload, scenario): a time budget for the timed calls, and bounds on their number.
+BUDGET_S = {"quick": 2.5, "full": 12.0}
+REPS = {"quick": (11, 200), "full": (21, 500)}
+SCENARIOS = ("project", "project_sync", "floor", "full_tokenize", "rebuilt")
+CALL_ID = "call_bench"
+PENDING = Message.assistant(
+    "Reading the module once more.",
+    tool_calls=[ToolCall(CALL_ID, "read_file", '{"path": "src/app/parser.py"}')],
+)
+_serial = 0
+
+
+def fresh_result() -> Message:
+    """A new tool result of a realistic size (a 30-line file read), unequal to any before."""
+    global _serial
+    _serial += 1
+    rows = [f"# src/app/generated_{_serial}.py"]
+    rows += [
+        f"{n:4d}    total_{_serial}_{n} = accumulate(rows[{n}], scale={(_serial * n) % 97})"
+        for n in range(1, 31)
+    ]
+    return Message.tool(CALL_ID, "\n".join(rows), name="read_file")
+
+
+def texts_of(messages: list[Message] | tuple[Message, ...]) -> list[str]:
+    """Every string the counter tokenizes, for the cold whole-transcript baseline."""
+    texts: list[str] = []
+    for message in messages:
+        if message.name:
+            texts.append(message.name)
+        for block in message.content:
+            for attr in ("text", "thinking", "name", "arguments"):
+                value = getattr(block, attr, None)
+                if isinstance(value, str):
+                    texts.append(value)
+    return texts
+
+
+@dataclass
+class Case:
+    """One workload, ready to time: the warm prefix, its dicts and one engine per scenario."""
+
+    name: str
+    prefix: tuple[Message, ...]
+    prefix_dicts: list[dict[str, Any]]
+    window: int
+    engines: dict[str, ContextEngine] = field(default_factory=dict)
+    prefix_texts: list[str] = field(default_factory=list)
+    tokens: int = 0
+    samples: dict[str, list[int]] = field(default_factory=dict)
+    reps: dict[str, int] = field(default_factory=dict)
+
+
+def load_workloads(mode: str) -> list[tuple[str, list[Message], list[dict[str, Any]]]]:
+    workloads = []
+    files = sorted(CORPUS.glob("*.jsonl")) if CORPUS.is_dir() else []
+    if files:
+        largest = max(files, key=lambda p: p.stat().st_size)
+        with largest.open(encoding="utf-8") as handle:
+            dicts = [json.loads(line) for line in handle if line.strip()]
+        workloads.append((f"corpus: {largest.stem}", from_openai(dicts), dicts))
+    else:
+        print(f"note: no corpus at {CORPUS}; corpus workload skipped", file=sys.stderr)
+    for steps in STEPS[mode]:
+        session = synthetic_session(steps)
+        workloads.append((f"synthetic_session({steps})", session, to_openai(session)))
+    return workloads
+
+
+def prepare(name: str, base: list[Message], dicts: list[dict[str, Any]], loop: Any) -> Case:
+    """Warm one engine per scenario on the first N-1 messages, as an agent loop would."""
+    prefix = (*base, PENDING)
+    tokens = ContextEngine.default(1_000_000_000).estimate((*prefix, fresh_result())).tokens
+    # Twice the transcript keeps the view far below the threshold: no strategy runs.
+    case = Case(name, prefix, [*dicts, message_to_openai(PENDING)], max(65_536, 2 * tokens))
+    case.tokens = tokens
+    case.prefix_texts = texts_of(prefix)
+    for scenario in ("project", "project_sync", "rebuilt"):
+        engine = ContextEngine.default(case.window)
+        warm = from_openai(case.prefix_dicts) if scenario == "rebuilt" else prefix
+        loop.run_until_complete(engine.project(warm))
+        case.engines[scenario] = engine
+    return case
+
+
+async def _timed_project(engine: ContextEngine, transcript: tuple[Message, ...]) -> int:
+    start = time.perf_counter_ns()
+    projection = await engine.project(transcript)
+    elapsed = time.perf_counter_ns() - start
+    check(projection.changed, projection.messages, transcript)
+    return elapsed
+
+
+def check(changed: bool, view: tuple[Message, ...], transcript: tuple[Message, ...]) -> None:
+    if changed or view[-1] is not transcript[-1]:
+        raise SystemExit("benchmark invalid: the view was rewritten; the window is too small")
+
+
+Step = Callable[[Any], dict[str, int]]
+
+
+def steps_for(case: Case, loop: Any) -> dict[str, tuple[Callable[[], Any], Step]]:
+    """Per scenario: how to build one input (untimed) and how to time one call on it."""
+    encode = case.engines["project"].counter.encoding.encode_ordinary  # type: ignore[attr-defined]
+
+    def run_project(transcript: tuple[Message, ...]) -> dict[str, int]:
+        elapsed = loop.run_until_complete(_timed_project(case.engines["project"], transcript))
+        return {"project": elapsed}
+
+    def run_sync(transcript: tuple[Message, ...]) -> dict[str, int]:
+        start = time.perf_counter_ns()
+        projection = case.engines["project_sync"].project_sync(transcript)
+        elapsed = time.perf_counter_ns() - start
+        check(projection.changed, projection.messages, transcript)
+        return {"project_sync": elapsed}
+
+    def run_floor(text: str) -> dict[str, int]:
+        start = time.perf_counter_ns()
+        len(encode(text))
+        return {"floor": time.perf_counter_ns() - start}
+
+    def run_full(text: str) -> dict[str, int]:
+        start = time.perf_counter_ns()
+        total = sum(len(encode(t)) for t in case.prefix_texts) + len(encode(text))
+        elapsed = time.perf_counter_ns() - start
+        assert total > 0
+        return {"full_tokenize": elapsed}
+
+    def run_rebuilt(dicts: list[dict[str, Any]]) -> dict[str, int]:
+        start = time.perf_counter_ns()
+        messages = tuple(from_openai(dicts))
+        converted = time.perf_counter_ns()
+        elapsed = loop.run_until_complete(_timed_project(case.engines["rebuilt"], messages))
+        return {"from_openai": converted - start, "rebuilt_project": elapsed}
+
+    return {
+        "project": (lambda: (*case.prefix, fresh_result()), run_project),
+        "project_sync": (lambda: (*case.prefix, fresh_result()), run_sync),
+        "floor": (lambda: fresh_result().text, run_floor),
+        "full_tokenize": (lambda: fresh_result().text, run_full),
+        "rebuilt": (lambda: [*case.prefix_dicts, message_to_openai(fresh_result())], run_rebuilt),
+    }
+
+
+def calibrate(make: Callable[[], Any], run: Step, mode: str) -> int:
+    """Warm the scenario up and choose how many timed calls fit its budget."""
+    costs: list[int] = []
+    deadline = time.perf_counter() + 0.3
+    while len(costs) < 3 or (len(costs) < 30 and time.perf_counter() < deadline):
+        costs.append(sum(run(make()).values()))
+    low, high = REPS[mode]
+    cost_s = statistics.median(costs) / 1e9
+    return max(low, min(high, int(BUDGET_S[mode] / cost_s)))
+
+
+def measure(cases: list[Case], loop: Any, mode: str, seed: int) -> None:
+    """Time every scenario of every case, interleaved: each round runs a shuffled subset."""
+    jobs = []
+    for case in cases:
+        for scenario, (make, run) in steps_for(case, loop).items():
+            reps = calibrate(make, run, mode)
+            case.reps[scenario] = reps
+            jobs.append((case, reps, [make() for _ in range(reps)], run))
+        print(f"calibrated {case.name}: {case.reps}", file=sys.stderr)
+    gc.collect()
+    gc.freeze()  # setup garbage stays out of the collections the timed calls trigger
+    rounds = max(reps for _, reps, _, _ in jobs)
+    rng = random.Random(seed)
+    for r in range(rounds):
+        due = [job for job in jobs if (r * job[1]) // rounds != ((r + 1) * job[1]) // rounds]
+        rng.shuffle(due)
+        for case, _, inputs, run in due:
+            for key, value in run(inputs.pop()).items():
+                case.samples.setdefault(key, []).append(value)
+        if (r + 1) % max(1, rounds // 5) == 0:
+            print(f"round {r + 1}/{rounds}", file=sys.stderr)
+
+
+def stats(samples: list[int]) -> dict[str, float]:
+    ordered = sorted(samples)
+    p90 = statistics.quantiles(ordered, n=10, method="inclusive")[8] if len(ordered) > 1 else 0
+    return {"median_us": statistics.median(ordered) / 1e3, "p90_us": p90 / 1e3, "n": len(ordered)}
+
+
+def summarize(case: Case) -> dict[str, Any]:
+    result = {key: stats(values) for key, values in case.samples.items()}
+    project, full = result["project"]["median_us"], result["full_tokenize"]["median_us"]
+    return {
+        "workload": case.name,
+        "messages": len(case.prefix) + 1,
+        "tokens": case.tokens,
+        "window": case.window,
+        "scenarios": result,
+        "ratio_project_full_tokenize": project / full,
+        "ratio_project_floor": project / result["floor"]["median_us"],
+        "ratio_rebuilt_project_full_tokenize": result["rebuilt_project"]["median_us"] / full,
+        "samples_ns": case.samples,
+    }
+
+
+def fmt(value: float, digits: int = 3) -> str:
+    """Three significant digits, thousands separated, no scientific notation."""
+    if value == 0:
+        return "0"
+    decimals = max(0, digits - 1 - int(f"{abs(value):e}".split("e")[1]))
+    return f"{value:,.{decimals}f}"
+
+
+def tables(rows: list[dict[str, Any]]) -> str:
+    main = [
+        "| workload | messages | tokens | project (µs) | project_sync (µs) | floor (µs) "
+        "| full tokenize (ms) | project / full tokenize | project / floor |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    spread = [
+        "| workload | project p90 (µs) | project_sync p90 (µs) | floor p90 (µs) "
+        "| full tokenize p90 (ms) | samples (project / full tokenize) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    rebuilt = [
+        "| workload | project, rebuilt (µs) | p90 (µs) | from_openai (ms) | p90 (ms) "
+        "| project, rebuilt / full tokenize |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for row in rows:
+        s = row["scenarios"]
+        med = {key: value["median_us"] for key, value in s.items()}
+        p90 = {key: value["p90_us"] for key, value in s.items()}
+        main.append(
+            f"| {row['workload']} | {row['messages']:,} | {row['tokens']:,} "
+            f"| {fmt(med['project'])} | {fmt(med['project_sync'])} | {fmt(med['floor'])} "
+            f"| {fmt(med['full_tokenize'] / 1e3)} | {fmt(row['ratio_project_full_tokenize'], 2)} "
+            f"| {fmt(row['ratio_project_floor'], 2)} |"
+        )
+        spread.append(
+            f"| {row['workload']} | {fmt(p90['project'])} | {fmt(p90['project_sync'])} "
+            f"| {fmt(p90['floor'])} | {fmt(p90['full_tokenize'] / 1e3)} "
+            f"| {s['project']['n']} / {s['full_tokenize']['n']} |"
+        )
+        rebuilt.append(
+            f"| {row['workload']} | {fmt(med['rebuilt_project'])} | {fmt(p90['rebuilt_project'])} "
+            f"| {fmt(med['from_openai'] / 1e3)} | {fmt(p90['from_openai'] / 1e3)} "
+            f"| {fmt(row['ratio_rebuilt_project_full_tokenize'], 2)} |"
+        )
+    return "\n".join(
+        [
+            *main,
+            "",
+            "Spread (p90) and sample counts:",
+            "",
+            *spread,
+            "",
+            "Rebuilt messages (the caller converts dicts on every call):",
+            "",
+            *rebuilt,
+        ]
+    )
+
+
+def environment(command: str, mode: str, counter: object, appended_tokens: int) -> dict[str, Any]:
+    versions = {}
+    for package in ("context-engine", "tiktoken", "attrs"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = "not installed"
+    return {
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": command,
+        "mode": mode,
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "versions": versions,
+        "counter": repr(counter),
+        "appended_message_tokens": appended_tokens,
+    }
+
+
+HEADER = """# Benchmarks
+
+These numbers back the hot-path claim: once an agent's history has been seen,
+a `project` call that appends one message costs work proportional to that
+message, not to the history. They come from `benchmarks/steady_state.py` and
+are regenerated by `make bench` (this page is overwritten by it). Peers
+(LangChain, Strands, AutoGen) are compared in a later benchmark (not yet).
+
+## Steady state: one appended message
+
+The engine is `ContextEngine.default(window)` with a window of twice the
+transcript's tokens (at least 65,536), so the view stays below the threshold
+and no strategy runs. It has already projected the first N-1 messages (an
+assistant tool call ends them); each timed call projects them plus one new
+tool result of {appended} tokens (a 30-line file read), a new object with new
+text every call, built before the timer starts. All scenarios run in one
+process, interleaved round by round in a shuffled order, each after a
+warm-up; garbage collection stays on (setup objects are frozen out of it).
+
+- **workload**: the largest transcript of the dev corpus (by file size), or
+  `context_engine.testing.synthetic_session(n)` with n tool steps.
+- **messages**, **tokens**: the timed transcript, as the engine estimates it
+  (framing included).
+- **project**: median of `await engine.project(messages)`, timed inside a
+  coroutine on one long-lived event loop.
+- **project_sync**: median of `engine.project_sync(messages)` (its private
+  per-thread loop included).
+- **floor**: median of tokenizing only the appended message's text with the
+  same tiktoken encoding: no engine can do less.
+- **full tokenize**: median of tokenizing all text of all messages with the
+  same encoding, cold (no caches): what a counter without caches pays.
+- **project / full tokenize**, **project / floor**: ratios of the medians.
+- Rebuilt messages: the caller rebuilds every `Message` from OpenAI dicts
+  with `from_openai` on every call; `project` is timed on the fresh objects
+  (only the counter's content-keyed cache can help), and the conversion
+  separately.
+
+Machine: {platform}, {cpus} CPUs, Python {python}; context-engine {ce},
+tiktoken {tk}, attrs {at}; counter {counter}. Run {date} ({mode} mode) with
+`{command}`.
+
+"""
+
+
+def render(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    v = meta["versions"]
+    header = HEADER.format(
+        appended=meta["appended_message_tokens"],
+        platform=meta["platform"],
+        cpus=meta["cpu_count"],
+        python=meta["python"],
+        ce=v["context-engine"],
+        tk=v["tiktoken"],
+        at=v["attrs"],
+        counter=meta["counter"],
+        date=meta["date"],
+        mode=meta["mode"],
+        command=meta["command"],
+    )
+    return header + tables(rows) + "\n"
+
+
+def to_json(data: dict[str, Any]) -> str:
+    """Indented JSON with each list of numbers kept on one line."""
+    text = json.dumps(data, indent=1)
+    return re.sub(r"\[([-\d.,\s]+)\]", lambda m: "[" + " ".join(m[1].split()) + "]", text) + "\n"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = path.with_name(path.name + ".tmp")
+    scratch.write_text(text, encoding="utf-8")
+    scratch.replace(path)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller workloads, under two minutes")
+    parser.add_argument("--docs", type=Path, help="Markdown output (full run: docs/benchmarks.md)")
+    parser.add_argument("--json", type=Path, help="JSON output (default: benchmarks/results/)")
+    parser.add_argument("--seed", type=int, default=20240601, help="order of the interleaving")
+    args = parser.parse_args(argv)
+    mode = "quick" if args.quick else "full"
+    if args.docs is None and mode == "full":
+        args.docs = DOCS
+    if args.json is None:
+        args.json = RESULTS / ("steady_state.json" if mode == "full" else "steady_state_quick.json")
+    args.mode = mode
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    started = time.perf_counter()
+    loop = asyncio.new_event_loop()
+    try:
+        workloads = load_workloads(args.mode)
+        cases = [prepare(name, base, dicts, loop) for name, base, dicts in workloads]
+        measure(cases, loop, args.mode, args.seed)
+    finally:
+        loop.close()
+    counter = cases[0].engines["project"].counter
+    appended = counter.count_message(fresh_result())
+    command = " ".join([os.path.relpath(sys.executable, REPO), *sys.argv])
+    meta = environment(command, args.mode, counter, appended)
+    rows = [summarize(case) for case in cases]
+    print(tables(rows))
+    meta["elapsed_s"] = round(time.perf_counter() - started, 1)
+    write_atomic(args.json, to_json({"meta": meta, "workloads": rows}))
+    if args.docs is not None:
+        write_atomic(args.docs, render(meta, rows))
+    print(
+        f"\n{args.mode} run took {meta['elapsed_s']} s; wrote {args.json}"
+        + (f" and {args.docs}" if args.docs else ""),
+        file=sys.stderr,
+    )
+
+
+if __name__ == "__main__":
+    main()
