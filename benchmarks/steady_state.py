@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
 import gc
 import json
@@ -28,7 +29,7 @@ import re
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -44,9 +45,8 @@ DOCS = REPO / "docs" / "benchmarks.md"
 RESULTS = REPO / "benchmarks" / "results"
 STEPS = {"quick": (50, 200, 1000), "full": (50, 200, 1000, 5000)}
 # Per (workload, scenario): a time budget for the timed calls, and bounds on their number.
-BUDGET_S = {"quick": 2.5, "full": 12.0}
-REPS = {"quick": (11, 200), "full": (21, 500)}
-SCENARIOS = ("project", "project_sync", "floor", "full_tokenize", "rebuilt")
+BUDGET_S = {"quick": 4.0, "full": 15.0}
+REPS = {"quick": (15, 300), "full": (21, 600)}
 CALL_ID = "call_bench"
 PENDING = Message.assistant(
     "Reading the module once more.",
@@ -86,8 +86,8 @@ class Case:
     """One workload, ready to time: the warm prefix, its dicts and one engine per scenario."""
 
     name: str
-    prefix: tuple[Message, ...]
-    prefix_dicts: list[dict[str, Any]]
+    transcript: list[Message]
+    dicts: list[dict[str, Any]]
     window: int
     engines: dict[str, ContextEngine] = field(default_factory=dict)
     prefix_texts: list[str] = field(default_factory=list)
@@ -114,21 +114,31 @@ def load_workloads(mode: str) -> list[tuple[str, list[Message], list[dict[str, A
 
 def prepare(name: str, base: list[Message], dicts: list[dict[str, Any]], loop: Any) -> Case:
     """Warm one engine per scenario on the first N-1 messages, as an agent loop would."""
-    prefix = (*base, PENDING)
-    tokens = ContextEngine.default(1_000_000_000).estimate((*prefix, fresh_result())).tokens
+    prefix = [*base, PENDING]
+    tokens = ContextEngine.default(1_000_000_000).estimate([*prefix, fresh_result()]).tokens
     # Twice the transcript keeps the view far below the threshold: no strategy runs.
     case = Case(name, prefix, [*dicts, message_to_openai(PENDING)], max(65_536, 2 * tokens))
     case.tokens = tokens
     case.prefix_texts = texts_of(prefix)
     for scenario in ("project", "project_sync", "rebuilt"):
         engine = ContextEngine.default(case.window)
-        warm = from_openai(case.prefix_dicts) if scenario == "rebuilt" else prefix
+        warm = from_openai(case.dicts) if scenario == "rebuilt" else prefix
         loop.run_until_complete(engine.project(warm))
         case.engines[scenario] = engine
     return case
 
 
-async def _timed_project(engine: ContextEngine, transcript: tuple[Message, ...]) -> int:
+@contextlib.contextmanager
+def appended(history: list[Any], item: Any) -> Iterator[None]:
+    """The agent loop's step: append the new message, call the engine, then undo it."""
+    history.append(item)
+    try:
+        yield
+    finally:
+        history.pop()
+
+
+async def _timed_project(engine: ContextEngine, transcript: list[Message]) -> int:
     start = time.perf_counter_ns()
     projection = await engine.project(transcript)
     elapsed = time.perf_counter_ns() - start
@@ -136,7 +146,7 @@ async def _timed_project(engine: ContextEngine, transcript: tuple[Message, ...])
     return elapsed
 
 
-def check(changed: bool, view: tuple[Message, ...], transcript: tuple[Message, ...]) -> None:
+def check(changed: bool, view: tuple[Message, ...], transcript: list[Message]) -> None:
     if changed or view[-1] is not transcript[-1]:
         raise SystemExit("benchmark invalid: the view was rewritten; the window is too small")
 
@@ -146,17 +156,20 @@ Step = Callable[[Any], dict[str, int]]
 
 def steps_for(case: Case, loop: Any) -> dict[str, tuple[Callable[[], Any], Step]]:
     """Per scenario: how to build one input (untimed) and how to time one call on it."""
-    encode = case.engines["project"].counter.encoding.encode_ordinary  # type: ignore[attr-defined]
+    engines = case.engines
+    encode = engines["project"].counter.encoding.encode_ordinary  # type: ignore[attr-defined]
 
-    def run_project(transcript: tuple[Message, ...]) -> dict[str, int]:
-        elapsed = loop.run_until_complete(_timed_project(case.engines["project"], transcript))
+    def run_project(message: Message) -> dict[str, int]:
+        with appended(case.transcript, message):
+            elapsed = loop.run_until_complete(_timed_project(engines["project"], case.transcript))
         return {"project": elapsed}
 
-    def run_sync(transcript: tuple[Message, ...]) -> dict[str, int]:
-        start = time.perf_counter_ns()
-        projection = case.engines["project_sync"].project_sync(transcript)
-        elapsed = time.perf_counter_ns() - start
-        check(projection.changed, projection.messages, transcript)
+    def run_sync(message: Message) -> dict[str, int]:
+        with appended(case.transcript, message):
+            start = time.perf_counter_ns()
+            projection = engines["project_sync"].project_sync(case.transcript)
+            elapsed = time.perf_counter_ns() - start
+            check(projection.changed, projection.messages, case.transcript)
         return {"project_sync": elapsed}
 
     def run_floor(text: str) -> dict[str, int]:
@@ -171,19 +184,20 @@ def steps_for(case: Case, loop: Any) -> dict[str, tuple[Callable[[], Any], Step]
         assert total > 0
         return {"full_tokenize": elapsed}
 
-    def run_rebuilt(dicts: list[dict[str, Any]]) -> dict[str, int]:
-        start = time.perf_counter_ns()
-        messages = tuple(from_openai(dicts))
-        converted = time.perf_counter_ns()
-        elapsed = loop.run_until_complete(_timed_project(case.engines["rebuilt"], messages))
+    def run_rebuilt(data: dict[str, Any]) -> dict[str, int]:
+        with appended(case.dicts, data):
+            start = time.perf_counter_ns()
+            messages = from_openai(case.dicts)
+            converted = time.perf_counter_ns()
+            elapsed = loop.run_until_complete(_timed_project(engines["rebuilt"], messages))
         return {"from_openai": converted - start, "rebuilt_project": elapsed}
 
     return {
-        "project": (lambda: (*case.prefix, fresh_result()), run_project),
-        "project_sync": (lambda: (*case.prefix, fresh_result()), run_sync),
+        "project": (fresh_result, run_project),
+        "project_sync": (fresh_result, run_sync),
         "floor": (lambda: fresh_result().text, run_floor),
         "full_tokenize": (lambda: fresh_result().text, run_full),
-        "rebuilt": (lambda: [*case.prefix_dicts, message_to_openai(fresh_result())], run_rebuilt),
+        "rebuilt": (lambda: message_to_openai(fresh_result()), run_rebuilt),
     }
 
 
@@ -219,12 +233,18 @@ def measure(cases: list[Case], loop: Any, mode: str, seed: int) -> None:
                 case.samples.setdefault(key, []).append(value)
         if (r + 1) % max(1, rounds // 5) == 0:
             print(f"round {r + 1}/{rounds}", file=sys.stderr)
+    gc.unfreeze()
 
 
 def stats(samples: list[int]) -> dict[str, float]:
     ordered = sorted(samples)
     p90 = statistics.quantiles(ordered, n=10, method="inclusive")[8] if len(ordered) > 1 else 0
-    return {"median_us": statistics.median(ordered) / 1e3, "p90_us": p90 / 1e3, "n": len(ordered)}
+    return {
+        "median_us": round(statistics.median(ordered) / 1e3, 1),
+        "p90_us": round(p90 / 1e3, 1),
+        "min_us": round(ordered[0] / 1e3, 1),
+        "n": len(ordered),
+    }
 
 
 def summarize(case: Case) -> dict[str, Any]:
@@ -232,13 +252,15 @@ def summarize(case: Case) -> dict[str, Any]:
     project, full = result["project"]["median_us"], result["full_tokenize"]["median_us"]
     return {
         "workload": case.name,
-        "messages": len(case.prefix) + 1,
+        "messages": len(case.transcript) + 1,
         "tokens": case.tokens,
         "window": case.window,
         "scenarios": result,
-        "ratio_project_full_tokenize": project / full,
-        "ratio_project_floor": project / result["floor"]["median_us"],
-        "ratio_rebuilt_project_full_tokenize": result["rebuilt_project"]["median_us"] / full,
+        "ratio_project_full_tokenize": round(project / full, 5),
+        "ratio_project_floor": round(project / result["floor"]["median_us"], 3),
+        "ratio_rebuilt_project_full_tokenize": round(
+            result["rebuilt_project"]["median_us"] / full, 5
+        ),
         "samples_ns": case.samples,
     }
 
@@ -251,53 +273,75 @@ def fmt(value: float, digits: int = 3) -> str:
     return f"{value:,.{decimals}f}"
 
 
-def tables(rows: list[dict[str, Any]]) -> str:
-    main = [
-        "| workload | messages | tokens | project (µs) | project_sync (µs) | floor (µs) "
-        "| full tokenize (ms) | project / full tokenize | project / floor |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    spread = [
-        "| workload | project p90 (µs) | project_sync p90 (µs) | floor p90 (µs) "
-        "| full tokenize p90 (ms) | samples (project / full tokenize) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    rebuilt = [
-        "| workload | project, rebuilt (µs) | p90 (µs) | from_openai (ms) | p90 (ms) "
-        "| project, rebuilt / full tokenize |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for row in rows:
-        s = row["scenarios"]
-        med = {key: value["median_us"] for key, value in s.items()}
-        p90 = {key: value["p90_us"] for key, value in s.items()}
-        main.append(
-            f"| {row['workload']} | {row['messages']:,} | {row['tokens']:,} "
-            f"| {fmt(med['project'])} | {fmt(med['project_sync'])} | {fmt(med['floor'])} "
-            f"| {fmt(med['full_tokenize'] / 1e3)} | {fmt(row['ratio_project_full_tokenize'], 2)} "
-            f"| {fmt(row['ratio_project_floor'], 2)} |"
-        )
-        spread.append(
-            f"| {row['workload']} | {fmt(p90['project'])} | {fmt(p90['project_sync'])} "
-            f"| {fmt(p90['floor'])} | {fmt(p90['full_tokenize'] / 1e3)} "
-            f"| {s['project']['n']} / {s['full_tokenize']['n']} |"
-        )
-        rebuilt.append(
-            f"| {row['workload']} | {fmt(med['rebuilt_project'])} | {fmt(p90['rebuilt_project'])} "
-            f"| {fmt(med['from_openai'] / 1e3)} | {fmt(p90['from_openai'] / 1e3)} "
-            f"| {fmt(row['ratio_rebuilt_project_full_tokenize'], 2)} |"
-        )
+Row = dict[str, Any]
+Column = tuple[str, Callable[[Row], str]]
+
+
+def _at(scenario: str, stat: str = "median_us", scale: float = 1.0) -> Callable[[Row], str]:
+    return lambda row: fmt(row["scenarios"][scenario][stat] / scale)
+
+
+def _ratio(key: str) -> Callable[[Row], str]:
+    return lambda row: fmt(row[key], 2)
+
+
+def _name(row: Row) -> str:
+    return str(row["workload"])
+
+
+MAIN: list[Column] = [
+    ("workload", _name),
+    ("messages", lambda row: f"{row['messages']:,}"),
+    ("tokens", lambda row: f"{row['tokens']:,}"),
+    ("project (µs)", _at("project")),
+    ("project_sync (µs)", _at("project_sync")),
+    ("floor (µs)", _at("floor")),
+    ("full tokenize (ms)", _at("full_tokenize", scale=1e3)),
+    ("project / full tokenize", _ratio("ratio_project_full_tokenize")),
+    ("project / floor", _ratio("ratio_project_floor")),
+]
+SPREAD: list[Column] = [
+    ("workload", _name),
+    ("project p90 (µs)", _at("project", "p90_us")),
+    ("project_sync p90 (µs)", _at("project_sync", "p90_us")),
+    ("floor p90 (µs)", _at("floor", "p90_us")),
+    ("full tokenize p90 (ms)", _at("full_tokenize", "p90_us", 1e3)),
+    (
+        "samples (project / full tokenize)",
+        lambda row: "{} / {}".format(
+            row["scenarios"]["project"]["n"], row["scenarios"]["full_tokenize"]["n"]
+        ),
+    ),
+]
+REBUILT: list[Column] = [
+    ("workload", _name),
+    ("project, rebuilt (µs)", _at("rebuilt_project")),
+    ("p90 (µs)", _at("rebuilt_project", "p90_us")),
+    ("from_openai (ms)", _at("from_openai", scale=1e3)),
+    ("p90 (ms)", _at("from_openai", "p90_us", 1e3)),
+    ("project, rebuilt / full tokenize", _ratio("ratio_rebuilt_project_full_tokenize")),
+]
+
+
+def table(columns: list[Column], rows: list[Row]) -> list[str]:
+    lines = ["| " + " | ".join(title for title, _ in columns) + " |"]
+    lines.append("| --- |" + " ---: |" * (len(columns) - 1))
+    lines += ["| " + " | ".join(cell(row) for _, cell in columns) + " |" for row in rows]
+    return lines
+
+
+def tables(rows: list[Row]) -> str:
     return "\n".join(
         [
-            *main,
+            *table(MAIN, rows),
             "",
             "Spread (p90) and sample counts:",
             "",
-            *spread,
+            *table(SPREAD, rows),
             "",
-            "Rebuilt messages (the caller converts dicts on every call):",
+            "Rebuilt messages (the caller converts dicts with `from_openai` on every call):",
             "",
-            *rebuilt,
+            *table(REBUILT, rows),
         ]
     )
 
@@ -319,27 +363,35 @@ def environment(command: str, mode: str, counter: object, appended_tokens: int) 
         "versions": versions,
         "counter": repr(counter),
         "appended_message_tokens": appended_tokens,
+        "load_average_start": load_average(),
     }
+
+
+def load_average() -> float | None:
+    """The one-minute load average, where the platform has one."""
+    return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
 
 
 HEADER = """# Benchmarks
 
 These numbers back the hot-path claim: once an agent's history has been seen,
 a `project` call that appends one message costs work proportional to that
-message, not to the history. They come from `benchmarks/steady_state.py` and
-are regenerated by `make bench` (this page is overwritten by it). Peers
-(LangChain, Strands, AutoGen) are compared in a later benchmark (not yet).
+message, not to the history. They come from `benchmarks/steady_state.py`;
+`make bench` regenerates this page (it is overwritten) and the raw samples in
+`benchmarks/results/steady_state.json`. Peers (LangChain, Strands, AutoGen)
+are compared in a later benchmark (not yet).
 
 ## Steady state: one appended message
 
 The engine is `ContextEngine.default(window)` with a window of twice the
 transcript's tokens (at least 65,536), so the view stays below the threshold
 and no strategy runs. It has already projected the first N-1 messages (an
-assistant tool call ends them); each timed call projects them plus one new
-tool result of {appended} tokens (a 30-line file read), a new object with new
-text every call, built before the timer starts. All scenarios run in one
-process, interleaved round by round in a shuffled order, each after a
-warm-up; garbage collection stays on (setup objects are frozen out of it).
+assistant tool call ends them); each timed call appends one new tool result
+of {appended_message_tokens} tokens (a 30-line file read; a new object with new text every
+call, built before the timer starts) to the caller's list and projects it.
+All scenarios run in one process, interleaved round by round in a shuffled
+order, each after a warm-up; garbage collection stays on (setup objects are
+frozen out of it). Medians resist other load on the machine; the p90 shows it.
 
 - **workload**: the largest transcript of the dev corpus (by file size), or
   `context_engine.testing.synthetic_session(n)` with n tool steps.
@@ -359,29 +411,22 @@ warm-up; garbage collection stays on (setup objects are frozen out of it).
   (only the counter's content-keyed cache can help), and the conversion
   separately.
 
-Machine: {platform}, {cpus} CPUs, Python {python}; context-engine {ce},
-tiktoken {tk}, attrs {at}; counter {counter}. Run {date} ({mode} mode) with
-`{command}`.
+Run:
+
+- command: `{command}` ({mode} mode, {elapsed_s} s), {date}
+- machine: {platform}, {cpu_count} CPUs, one-minute load average {load_average_start}
+  at the start and {load_average_end} at the end
+- Python {python}; context-engine {ce}, tiktoken {tk}, attrs {at}
+- token counter: `{counter}` (what `ContextEngine.default` resolved on this machine)
 
 """
 
 
 def render(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
-    v = meta["versions"]
-    header = HEADER.format(
-        appended=meta["appended_message_tokens"],
-        platform=meta["platform"],
-        cpus=meta["cpu_count"],
-        python=meta["python"],
-        ce=v["context-engine"],
-        tk=v["tiktoken"],
-        at=v["attrs"],
-        counter=meta["counter"],
-        date=meta["date"],
-        mode=meta["mode"],
-        command=meta["command"],
-    )
-    return header + tables(rows) + "\n"
+    versions = meta["versions"]
+    names = {"ce": "context-engine", "tk": "tiktoken", "at": "attrs"}
+    fields = {**meta, **{short: versions[name] for short, name in names.items()}}
+    return HEADER.format(**fields) + tables(rows) + "\n"
 
 
 def to_json(data: dict[str, Any]) -> str:
@@ -416,6 +461,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     started = time.perf_counter()
+    load, cpus = load_average(), os.cpu_count() or 1
+    if load is not None and load > cpus / 2:
+        print(f"note: load average {load} on {cpus} CPUs; expect a wide p90", file=sys.stderr)
     loop = asyncio.new_event_loop()
     try:
         workloads = load_workloads(args.mode)
@@ -430,6 +478,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = [summarize(case) for case in cases]
     print(tables(rows))
     meta["elapsed_s"] = round(time.perf_counter() - started, 1)
+    meta["load_average_end"] = load_average()
     write_atomic(args.json, to_json({"meta": meta, "workloads": rows}))
     if args.docs is not None:
         write_atomic(args.docs, render(meta, rows))

@@ -2,6 +2,7 @@
 
 from importlib.metadata import PackageNotFoundError, version
 
+from context_engine.commands import CompactCommand, parse_compact_command
 from context_engine.engine import CommitResult, ContextEngine, Projection, RecoveryResult
 from context_engine.errors import (
     BlockingCallInEventLoopError,
@@ -21,7 +22,10 @@ from context_engine.messages import (
     ToolCall,
     Usage,
 )
+from context_engine.overflow import is_context_overflow
 from context_engine.strategies.base import Budget, StrategyResult
+from context_engine.summarize.extractive import ExtractiveSummarizer
+from context_engine.summarize.request import Summarizer, SummaryRequest
 from context_engine.tokens import (
     HeuristicCounter,
     TiktokenCounter,
@@ -39,12 +43,14 @@ __all__ = [
     "BlockingCallInEventLoopError",
     "Budget",
     "CommitResult",
+    "CompactCommand",
     "CompactionError",
     "ConfigurationError",
     "ContextEngine",
     "ContextEngineError",
     "ContextSummary",
     "ContextUsage",
+    "ExtractiveSummarizer",
     "HeuristicCounter",
     "ImageBlock",
     "InvalidMessageError",
@@ -55,8 +61,10 @@ __all__ = [
     "RewriteStep",
     "Snapshot",
     "StrategyResult",
+    "Summarizer",
     "SummarizerError",
     "SummaryInfo",
+    "SummaryRequest",
     "TextBlock",
     "ThinkingBlock",
     "TiktokenCounter",
@@ -65,5 +73,7 @@ __all__ = [
     "Usage",
     "UsageEstimate",
     "__version__",
+    "is_context_overflow",
+    "parse_compact_command",
     "resolve_counter",
 ]

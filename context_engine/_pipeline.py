@@ -80,10 +80,7 @@ class _Run:
         started = time.perf_counter()
         try:
             result = await call()
-            if not isinstance(result, StrategyResult):
-                raise TypeError(
-                    f"strategy {name!r} returned {type(result).__name__}, expected StrategyResult"
-                )
+            after = _checked(name, result, self.budget)
         except Exception as exc:
             self.steps.append(
                 RewriteStep(
@@ -99,10 +96,8 @@ class _Run:
         finally:
             if callable(finish):
                 await call_hook("on_strategy finish", finish)
-        after = before
         if result.applied:
             self.view = result.messages
-            after = self.budget.measure(self.view)
             self.budget = self.budget.with_tokens(after)
             self.applied.append(name)
             self.replaced.extend(result.replaced)
@@ -119,6 +114,23 @@ class _Run:
             )
         )
         return result.applied
+
+
+def _checked(name: str, result: object, budget: Budget) -> int:
+    """Validate a strategy's result; return the measured tokens of its view."""
+    if not isinstance(result, StrategyResult):
+        raise TypeError(
+            f"strategy {name!r} returned {type(result).__name__}, expected StrategyResult"
+        )
+    if not result.applied:
+        return budget.tokens
+    for index, message in enumerate(result.messages):
+        if not isinstance(message, Message):
+            raise TypeError(
+                f"strategy {name!r} returned a view whose item {index} is a "
+                f"{type(message).__name__}, not a Message"
+            )
+    return budget.measure(result.messages)
 
 
 async def run_pipeline(

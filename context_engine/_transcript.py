@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 
 from context_engine._pipeline import PipelineOutcome
 from context_engine.errors import InvalidMessageError
 from context_engine.messages import Message
+from context_engine.overflow import overflow_token_counts
 
 __all__ = ["as_transcript", "chain", "growth_key", "recovery_target"]
 
@@ -35,11 +35,6 @@ def growth_key(transcript: tuple[Message, ...]) -> tuple[int, int]:
     return (len(transcript), id(transcript[-1]) if transcript else 0)
 
 
-_OVERFLOW_NUMBERS = re.compile(
-    r"(\d[\d,]*)\s*tokens?\s*>\s*(\d[\d,]*)|resulted in (\d[\d,]*) tokens"
-)
-
-
 def recovery_target(
     estimated: int, window: int, threshold: int, error: BaseException | str | None
 ) -> int:
@@ -47,13 +42,13 @@ def recovery_target(
 
     The provider rejected a prompt we estimated at ``estimated`` tokens, so its
     real size was above ``window`` (or the size its error message states). The
-    target scales the threshold down by that ratio.
+    target scales the threshold down by that ratio, and below the provider's
+    own limit when the error states a smaller one than the configured window.
     """
-    actual = window + 1
-    match = _OVERFLOW_NUMBERS.search(str(error)) if error is not None else None
-    if match:
-        number = match.group(1) or match.group(3)
-        actual = max(actual, int(number.replace(",", "")))
+    prompt, limit = overflow_token_counts(error)
+    if limit is not None and 0 < limit < window:
+        threshold = max(0, threshold - (window - limit))
+    actual = max(window + 1, prompt or 0)
     if estimated >= actual:
         return threshold
     return max(0, min(threshold, threshold * estimated // actual))

@@ -9,9 +9,9 @@ from typing import Any
 import attrs
 
 from context_engine._aio import call_hook, run_blocking
-from context_engine._meter import Meter
+from context_engine._meter import Meter, Seen
 from context_engine._pipeline import PipelineFailure, PipelineOutcome, run_forced, run_pipeline
-from context_engine._transcript import as_transcript, chain, growth_key, recovery_target
+from context_engine._transcript import as_transcript, chain, recovery_target
 from context_engine.breaker import BreakerState, CircuitBreaker
 from context_engine.errors import CompactionError, ConfigurationError
 from context_engine.events import ContextUsage, RewriteEvent, RewriteReason, Scope, Snapshot
@@ -45,13 +45,42 @@ def _positive_window(value: object) -> int:
 
 
 def _reserve(value: object) -> int | None:
-    if value is None or value == 0:
+    if value is None or (value == 0 and not isinstance(value, bool)):
         return None
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ConfigurationError(
             f"reserve_tokens must be a non-negative int, or None for the default, got {value!r}"
         )
     return value
+
+
+def _non_negative(name: str, value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ConfigurationError(f"{name} must be an int >= 0, got {value!r}")
+    return value
+
+
+def _strategy_tuple(strategies: object) -> tuple[Strategy, ...]:
+    if strategies is None or not isinstance(strategies, Iterable) or hasattr(strategies, "apply"):
+        raise ConfigurationError(
+            f"strategies must be a list of strategies, got {strategies!r}; "
+            "wrap a single strategy in a list"
+        )
+    return tuple(strategies)
+
+
+def _uses_llm(strategy: Strategy) -> bool:
+    return bool(getattr(strategy, "uses_llm", False))
+
+
+def _warn_if_no_room(window: int, reserve: int) -> None:
+    if reserve >= window:
+        logger.warning(
+            "window=<%d> reserve=<%d> | the reserve leaves no room for the prompt: every call "
+            "is above the threshold; set reserve_tokens below the window",
+            window,
+            reserve,
+        )
 
 
 @attrs.define
@@ -62,6 +91,13 @@ class _Remembered:
     view: tuple[Message, ...]
     estimate: UsageEstimate
     outcome: PipelineOutcome | None = None
+    input: tuple[Message, ...] = ()
+    input_estimate: UsageEstimate | None = None
+
+    def seen(self) -> Seen:
+        return Seen(
+            self.input or self.view, self.input_estimate or self.estimate, self.view, self.estimate
+        )
 
 
 class ContextEngine:
@@ -108,7 +144,7 @@ class ContextEngine:
     ) -> None:
         self._window = _positive_window(context_window)
         self._reserve = _reserve(reserve_tokens)
-        self._strategies: tuple[Strategy, ...] = tuple(strategies)
+        self._strategies = _strategy_tuple(strategies)
         for strategy in self._strategies:
             if not isinstance(getattr(strategy, "name", None), str) or not callable(
                 getattr(strategy, "apply", None)
@@ -116,25 +152,45 @@ class ContextEngine:
                 raise ConfigurationError(
                     f"{strategy!r} is not a strategy: it needs a str `name` and an async `apply`"
                 )
-        if isinstance(commit_strategies, str):
-            raise ConfigurationError("commit_strategies must be a collection of names, not one str")
-        self.commit_strategies: frozenset[str] = frozenset(commit_strategies)
-        if not isinstance(overhead_tokens, int) or overhead_tokens < 0:
+        if isinstance(commit_strategies, str) or not isinstance(commit_strategies, Iterable):
             raise ConfigurationError(
-                f"overhead_tokens must be an int >= 0, got {overhead_tokens!r}"
+                "commit_strategies must be a collection of strategy names, "
+                f"got {commit_strategies!r}"
             )
-        self.overhead_tokens = overhead_tokens
-        self.breaker = CircuitBreaker(
-            max_failures=max_consecutive_failures,
-            cooldown_calls=breaker_cooldown_calls,
-            cooldown_seconds=breaker_cooldown_seconds,
+        self.commit_strategies: frozenset[str] = frozenset(commit_strategies)
+        try:
+            self.breaker = CircuitBreaker(
+                max_failures=max_consecutive_failures,
+                cooldown_calls=breaker_cooldown_calls,
+                cooldown_seconds=breaker_cooldown_seconds,
+            )
+        except ConfigurationError as exc:
+            raise ConfigurationError(
+                f"{exc} (max_consecutive_failures / breaker_cooldown_* settings)"
+            ) from None
+        counter = token_counter or resolve_counter(encoding)
+        if not isinstance(counter, TokenCounter):
+            raise ConfigurationError(
+                f"token_counter must be a TokenCounter (count_text, count_message, key), "
+                f"got {counter!r}; use encoding= to pick a tiktoken encoding by name"
+            )
+        share = next(
+            (s.max_user_share for s in self._strategies if hasattr(s, "max_user_share")), None
         )
-        self.counter: TokenCounter = token_counter or resolve_counter(encoding)
-        self._meter = Meter(self.counter, overhead_tokens)
+        self._meter = Meter(counter, _non_negative("overhead_tokens", overhead_tokens), share)
+        for label, hook in (
+            ("on_project", on_project),
+            ("on_recover", on_recover),
+            ("on_compact", on_compact),
+            ("on_strategy", on_strategy),
+        ):
+            if hook is not None and not callable(hook):
+                raise ConfigurationError(f"{label} must be callable or None, got {hook!r}")
         self.on_project, self.on_recover, self.on_compact = on_project, on_recover, on_compact
         self.on_strategy = on_strategy
         self._last: _Remembered | None = None
-        self._stalled_on: tuple[int, int] | None = None
+        self._stalled_at: int | None = None
+        _warn_if_no_room(self._window, self.reserve_tokens)
 
     @classmethod
     def default(
@@ -152,6 +208,7 @@ class ContextEngine:
         ``options`` go to the constructor.
         """
         from context_engine.strategies import (
+            FullSummary,
             HardTruncate,
             LightTrim,
             SessionMemory,
@@ -162,10 +219,7 @@ class ContextEngine:
         if seed is not None:
             strategies.append(SessionMemory(seed=seed))
         if summarizer is not None:
-            raise ConfigurationError(
-                "summarizer= needs the FullSummary strategy, which this version does not "
-                "ship yet; pass seed= for session memory or build the pipeline by hand"
-            )
+            strategies.append(FullSummary(summarizer=summarizer))
         strategies.append(HardTruncate())
         return cls(context_window, strategies, **options)
 
@@ -179,6 +233,7 @@ class ContextEngine:
     @context_window.setter
     def context_window(self, value: int) -> None:
         self._window = _positive_window(value)
+        _warn_if_no_room(self._window, self.reserve_tokens)
 
     @property
     def reserve_tokens(self) -> int:
@@ -188,6 +243,21 @@ class ContextEngine:
     @reserve_tokens.setter
     def reserve_tokens(self, value: int | None) -> None:
         self._reserve = _reserve(value)
+        _warn_if_no_room(self._window, self.reserve_tokens)
+
+    @property
+    def counter(self) -> TokenCounter:
+        """The token counter (read-only: caches are keyed by it)."""
+        return self._meter.counter
+
+    @property
+    def overhead_tokens(self) -> int:
+        """Tokens of tool schemas and other fixed parts sent with every call (settable)."""
+        return self._meter.overhead_tokens
+
+    @overhead_tokens.setter
+    def overhead_tokens(self, value: int) -> None:
+        self._meter.overhead_tokens = _non_negative("overhead_tokens", value)
 
     @property
     def threshold(self) -> int:
@@ -217,7 +287,7 @@ class ContextEngine:
 
     def _estimate(self, view: tuple[Message, ...]) -> UsageEstimate:
         last = self._last
-        return self._meter.estimate(view, (last.view, last.estimate) if last else None)
+        return self._meter.estimate(view, last.seen() if last else None)
 
     def _usage(self, estimate: UsageEstimate) -> ContextUsage:
         return ContextUsage(
@@ -229,7 +299,11 @@ class ContextEngine:
         )
 
     def _budget(
-        self, transcript: tuple[Message, ...], estimate: UsageEstimate, threshold: int | None = None
+        self,
+        transcript: tuple[Message, ...],
+        estimate: UsageEstimate,
+        threshold: int | None = None,
+        reason: RewriteReason = "threshold",
     ) -> Budget:
         return Budget(
             tokens=estimate.tokens,
@@ -238,6 +312,7 @@ class ContextEngine:
             counter=self.counter,
             measure=self._meter.measurer(transcript, estimate),
             overhead_tokens=self.overhead_tokens,
+            reason="threshold" if reason == "circuit_breaker" else reason,
         )
 
     # -- state ---------------------------------------------------------------------
@@ -258,7 +333,7 @@ class ContextEngine:
         """Record ``messages`` as the new baseline and forget the remembered view."""
         transcript = as_transcript(messages)
         self._last = None
-        self._stalled_on = None
+        self._stalled_at = None
         self._remember("baseline", transcript, self._estimate(transcript))
 
     def _remember(
@@ -267,8 +342,10 @@ class ContextEngine:
         view: tuple[Message, ...],
         estimate: UsageEstimate,
         outcome: PipelineOutcome | None = None,
+        source: tuple[tuple[Message, ...], UsageEstimate] | None = None,
     ) -> None:
-        self._last = _Remembered(scope, view, estimate, outcome)
+        given, given_estimate = source if source is not None else (view, estimate)
+        self._last = _Remembered(scope, view, estimate, outcome, given, given_estimate)
 
     # -- project ---------------------------------------------------------------------
 
@@ -292,9 +369,9 @@ class ContextEngine:
         if estimate.tokens <= self.threshold:
             self._remember("baseline", transcript, estimate)
             return Projection(messages=transcript, usage=self._usage(estimate), changed=False)
-        floor = self._meter.floor_tokens(transcript)
+        floor = self._meter.floor_tokens(transcript, estimate, self.threshold)
         futile = floor > self.threshold
-        allow_llm = not futile and self._stalled_on != growth_key(transcript)
+        allow_llm = not futile and self._grown_since_stall(estimate.tokens)
         try:
             outcome = await run_pipeline(
                 self._strategies,
@@ -302,15 +379,21 @@ class ContextEngine:
                 transcript,
                 self._budget(transcript, estimate),
                 on_strategy=self.on_strategy,
-                allow=lambda s: allow_llm or not getattr(s, "uses_llm", False),
+                allow=lambda s: allow_llm or not _uses_llm(s),
             )
         except PipelineFailure as failure:
             raise self._failed(transcript, estimate, failure) from failure.__cause__
         if outcome.changed:
             self.breaker.record_success()
-        if outcome.tokens > self.threshold:
-            self._stalled_on = growth_key(transcript)
+        if outcome.tokens > self.threshold and allow_llm:
+            self._stalled_at = estimate.tokens
         return await self._finish_projection(transcript, estimate, outcome, futile, floor)
+
+    def _grown_since_stall(self, tokens: int) -> bool:
+        """LLM strategies that could not fit the view run again only after real growth."""
+        if self._stalled_at is None:
+            return True
+        return tokens >= self._stalled_at + max(256, self.threshold // 20)
 
     async def _finish_projection(
         self,
@@ -324,7 +407,8 @@ class ContextEngine:
         view_estimate = self._meter.estimate_outcome(transcript, estimate, outcome)
         usage = self._usage(view_estimate)
         event = None
-        if outcome.changed or futile:
+        fits = outcome.tokens <= self.threshold
+        if outcome.changed or futile or not fits or any(s.error for s in outcome.steps):
             event = self._event(
                 "threshold",
                 outcome,
@@ -344,7 +428,11 @@ class ContextEngine:
             )
         if outcome.changed:
             self._remember(
-                "committed" if should_commit else "projected", outcome.view, view_estimate, outcome
+                "committed" if should_commit else "projected",
+                outcome.view,
+                view_estimate,
+                outcome,
+                (transcript, estimate),
             )
         else:
             self._remember("baseline", transcript, estimate)
@@ -400,8 +488,13 @@ class ContextEngine:
         )
         outcome = failure.outcome
         view_estimate = self._meter.estimate_outcome(transcript, estimate, outcome)
+        should_commit = any(name in self.commit_strategies for name in outcome.applied)
         self._remember(
-            "projected" if outcome.changed else "baseline", outcome.view, view_estimate, outcome
+            "projected" if outcome.changed else "baseline",
+            outcome.view,
+            view_estimate,
+            outcome,
+            (transcript, estimate),
         )
         return CompactionError(
             f"strategy {failure.strategy!r} failed: {cause!r}; "
@@ -409,6 +502,7 @@ class ContextEngine:
             view=outcome.view,
             strategy=failure.strategy,
             failures=self.breaker.failures,
+            commit_messages=outcome.view if should_commit else None,
         )
 
     def _event(
@@ -455,7 +549,7 @@ class ContextEngine:
             outcome = await run_forced(
                 self._strategies,
                 transcript,
-                self._budget(transcript, estimate),
+                self._budget(transcript, estimate, reason="manual"),
                 on_strategy=self.on_strategy,
                 instructions=instructions,
             )
@@ -484,12 +578,19 @@ class ContextEngine:
         """
         transcript = as_transcript(messages)
         estimate = self._estimate(transcript)
-        target = recovery_target(estimate.tokens, self._window, self.threshold, error)
+        # The rejected prompt is most likely the last view this engine returned.
+        rejected = (
+            min(estimate.tokens, self._last.estimate.tokens) if self._last else estimate.tokens
+        )
+        target = recovery_target(rejected, self._window, self.threshold, error)
+        budget = self._budget(transcript, estimate, target, "overflow")
+        floor = self._meter.floor_tokens(transcript, estimate, target)
+        futile = floor > target
         try:
             outcome = await run_forced(
-                self._strategies,
+                [s for s in self._strategies if not (futile and _uses_llm(s))],
                 transcript,
-                self._budget(transcript, estimate, target),
+                budget,
                 on_strategy=self.on_strategy,
                 instructions=None,
             )
@@ -498,9 +599,9 @@ class ContextEngine:
                     self._strategies,
                     transcript,
                     outcome.view,
-                    self._budget(transcript, estimate, target).with_tokens(outcome.tokens),
+                    budget.with_tokens(outcome.tokens),
                     on_strategy=self.on_strategy,
-                    allow=lambda s: True,
+                    allow=lambda s: not _uses_llm(s) or not (futile or s.name in outcome.applied),
                 )
                 outcome = chain(outcome, rest)
         except PipelineFailure as failure:
@@ -512,7 +613,9 @@ class ContextEngine:
             ) from failure.__cause__
         if outcome.changed:
             self.breaker.record_success()
-        fields = await self._finish_forced("overflow", transcript, estimate, outcome)
+        fields = await self._finish_forced(
+            "overflow", transcript, estimate, outcome, futile=futile, floor=floor
+        )
         return RecoveryResult(
             **fields,
             should_commit=outcome.changed,
@@ -525,24 +628,42 @@ class ContextEngine:
         transcript: tuple[Message, ...],
         estimate: UsageEstimate,
         outcome: PipelineOutcome,
+        *,
+        futile: bool = False,
+        floor: int = 0,
     ) -> dict[str, Any]:
-        """Remember, log and report a forced rewrite; return the result's common fields."""
+        """Remember, log and report a forced rewrite; return the result's common fields.
+
+        An event is reported when the view changed, and also when it did not
+        but the caller must know why (a futile floor, a strategy's error).
+        """
         view_estimate = self._meter.estimate_outcome(transcript, estimate, outcome)
         event = None
         if outcome.changed:
-            event = self._event(reason, outcome, estimate.tokens, committed=True)
             self._remember(
                 "committed" if reason == "manual" else "recovered",
                 outcome.view,
                 view_estimate,
                 outcome,
+                (transcript, estimate),
+            )
+        if outcome.changed or futile or any(step.error for step in outcome.steps):
+            event = self._event(
+                reason,
+                outcome,
+                estimate.tokens,
+                committed=True,
+                futile=futile,
+                floor=floor if futile else 0,
             )
             logger.info(
-                "strategy=<%s> reason=<%s> tokens_before=<%d> tokens_after=<%d> | view rewritten",
+                "strategy=<%s> reason=<%s> tokens_before=<%d> tokens_after=<%d> changed=<%s> "
+                "| forced rewrite",
                 event.strategy,
                 reason,
                 event.tokens_before,
                 event.tokens_after,
+                outcome.changed,
             )
             if reason == "manual":
                 await call_hook("on_compact", self.on_compact, event)

@@ -6,11 +6,13 @@ Nothing here touches the network or needs a tokenizer download.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from context_engine.messages import Message, ToolCall
+from context_engine.summarize.request import SummaryRequest
 from context_engine.tokens import _CachingCounter
 
-__all__ = ["FixedTokenCounter", "synthetic_session"]
+__all__ = ["FixedTokenCounter", "RecordingSummarizer", "synthetic_session"]
 
 
 class FixedTokenCounter(_CachingCounter):
@@ -123,3 +125,35 @@ def synthetic_session(steps: int, *, result_lines: int = 30) -> list[Message]:
             messages.append(Message.user(f"Any progress? Keep the public API stable. {note}"))
     messages.append(Message.assistant("The nested-parentheses bug is fixed and all tests pass."))
     return messages
+
+
+class RecordingSummarizer:
+    """A summarizer that records every `SummaryRequest` and answers from a script.
+
+    Args:
+        answers: Texts returned in order; the last one repeats. By default each
+            answer names the call number and how many messages it was given.
+        fail: An exception raised on every call instead of answering.
+    """
+
+    def __init__(self, answers: Sequence[str] = (), *, fail: BaseException | None = None) -> None:
+        self.answers = list(answers)
+        self.fail = fail
+        self.requests: list[SummaryRequest] = []
+
+    def __call__(self, request: SummaryRequest) -> str:
+        """Record ``request`` and answer."""
+        self.requests.append(request)
+        if self.fail is not None:
+            raise self.fail
+        if self.answers:
+            return self.answers[min(len(self.requests), len(self.answers)) - 1]
+        return (
+            f"<summary>Checkpoint {len(self.requests)} ({request.kind}) of "
+            f"{len(request.messages)} messages.</summary>"
+        )
+
+    @property
+    def calls(self) -> int:
+        """How many requests were made."""
+        return len(self.requests)

@@ -297,8 +297,11 @@ async def test_llm_strategy_that_cannot_fit_is_not_retried_until_the_transcript_
     messages = agent_session(60, result_chars=400)
     await engine.project(messages)
     await engine.project(messages)
-    assert useless.calls == 1
+    await engine.project([Message(m.role, m.content, m.tool_call_id, m.name) for m in messages])
+    assert useless.calls == 1  # equal messages rebuilt by a converter are no growth either
     await engine.project([*messages, Message.user("more")])
+    assert useless.calls == 1  # a few tokens more is not growth worth paying for
+    await engine.project([*messages, Message.user("more " * 400)])
     assert useless.calls == 2
 
 
@@ -516,3 +519,154 @@ def test_a_fresh_engine_trusts_a_plausible_anchor_on_an_untouched_transcript() -
         Message.assistant("ok", usage=Usage(input_tokens=400, output_tokens=5)),
     ]
     assert engine.estimate(view).usage_tokens == 405
+
+
+# -- review findings: one scale per call, recovery targets, repeated work ------------
+
+
+async def test_a_provider_that_bills_less_than_we_count_does_not_push_the_pipeline_further() -> (
+    None
+):
+    """Usage and counting are one scale: what microcompact saves is what the budget sees."""
+    shrink, summary = ShrinkToolResults(), Checkpointer()
+    engine = engine_with(shrink, summary, window=10_000, reserve_tokens=1000)
+    messages = agent_session(50, result_chars=800)
+    counted = engine.estimate(messages).tokens
+    anchor = len(messages) - 2
+    billed = int(counted * 0.92)
+    messages[anchor] = attrs.evolve(messages[anchor], usage=Usage(input_tokens=billed))
+    result = await engine.project(messages)
+    assert result.event is not None
+    assert [s.name for s in result.event.steps if s.applied] == ["shrink"]
+    assert summary.calls == 0
+    assert result.fits
+
+
+async def test_recover_overflow_aims_below_the_view_that_was_rejected() -> None:
+    from context_engine.strategies import HardTruncate, ToolResultMicrocompact
+
+    engine = engine_with(ToolResultMicrocompact(keep_recent=1), HardTruncate(), window=20_000)
+    messages = agent_session(60, result_chars=2000)
+    sent = await engine.project(messages)
+    error = f"prompt is too long: {int(sent.usage.tokens * 1.5)} tokens > 20000 maximum"
+    recovered = await engine.recover_overflow(messages, error)
+    assert recovered.changed
+    assert recovered.usage.tokens < sent.usage.tokens
+
+
+async def test_recover_overflow_does_not_pay_for_a_summary_that_cannot_help() -> None:
+    summary = Checkpointer()
+    engine = engine_with(ShrinkToolResults(), summary, window=3000, reserve_tokens=1000)
+    messages = agent_session(4, system="rules " * 3000)
+    result = await engine.recover_overflow(messages, "prompt is too long")
+    assert summary.calls == 0
+    assert result.event is not None
+    assert result.event.futile
+
+
+async def test_recovery_does_not_run_the_same_summary_twice() -> None:
+    summary = Checkpointer()
+    engine = engine_with(summary, window=3000, reserve_tokens=1000)
+    await engine.recover_overflow(agent_session(120, result_chars=400), "prompt is too long")
+    assert summary.calls == 1
+
+
+async def test_compaction_error_carries_a_paid_checkpoint_to_commit() -> None:
+    engine = engine_with(
+        Checkpointer(uses_llm=False),
+        Exploding(name="later", uses_llm=False),
+        window=3000,
+        reserve_tokens=500,
+    )
+    messages = agent_session(120, result_chars=400, system="s " * 5000)
+    with pytest.raises(CompactionError) as caught:
+        await engine.project(messages)
+    error = caught.value
+    assert error.should_commit
+    assert error.commit_messages == error.view
+    assert any(m.is_summary for m in error.view)
+
+
+async def test_projecting_the_same_anchored_transcript_twice_gives_the_same_view() -> None:
+    engine = engine_with(ShrinkToolResults(), window=12_000, reserve_tokens=1000)
+    messages = agent_session(50, result_chars=800)
+    anchor = len(messages) - 2
+    billed = int(engine.estimate(messages).tokens * 0.95)
+    messages[anchor] = attrs.evolve(messages[anchor], usage=Usage(input_tokens=billed))
+    first = await engine.project(messages)
+    second = await engine.project(messages)
+    assert first.messages == second.messages
+    assert first.usage == second.usage
+
+
+def test_overhead_tokens_is_settable_and_counts_at_once() -> None:
+    engine = engine_with()
+    messages = agent_session(2)
+    before = engine.estimate(messages).tokens
+    engine.overhead_tokens = 5000
+    assert engine.estimate(messages).tokens == before + 5000
+    with pytest.raises(ConfigurationError, match="overhead_tokens"):
+        engine.overhead_tokens = -1
+
+
+async def test_a_no_op_pipeline_with_a_strategy_error_is_still_reported() -> None:
+    from context_engine.strategies import SessionMemory
+
+    def broken_seed() -> str:
+        raise OSError("memory file missing")
+
+    events: list[RewriteEvent] = []
+    engine = engine_with(
+        SessionMemory(seed=broken_seed), window=3000, reserve_tokens=1000, on_project=events.append
+    )
+    result = await engine.project(agent_session(60, result_chars=400))
+    assert not result.changed
+    assert not result.fits
+    assert len(events) == 1
+    assert events[0].steps[0].error is not None
+    assert "memory file missing" in events[0].steps[0].error
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        ({"strategies": None}, "strategies must be a list"),
+        ({"strategies": ShrinkToolResults()}, "wrap a single strategy"),
+        ({"commit_strategies": None}, "commit_strategies"),
+        ({"token_counter": "cl100k_base"}, "token_counter"),
+        ({"max_consecutive_failures": 0}, "max_consecutive_failures"),
+        ({"overhead_tokens": True}, "overhead_tokens"),
+        ({"reserve_tokens": False}, "reserve_tokens"),
+        ({"on_project": "print"}, "on_project must be callable"),
+    ],
+    ids=[
+        "no-strategies",
+        "single-strategy",
+        "commit-none",
+        "counter-str",
+        "zero-failures",
+        "bool-overhead",
+        "bool-reserve",
+        "hook-not-callable",
+    ],
+)
+def test_bad_configuration_names_the_setting(options: dict[str, Any], problem: str) -> None:
+    strategies = options.pop("strategies", ())
+    options.setdefault("token_counter", FixedTokenCounter())
+    with pytest.raises(ConfigurationError, match=problem):
+        ContextEngine(1000, strategies, **options)
+
+
+async def test_a_strategy_returning_garbage_fails_the_pipeline_cleanly() -> None:
+    from context_engine.strategies.base import StrategyResult
+
+    class Garbage:
+        name = "garbage"
+
+        async def apply(self, transcript: Any, view: Any, budget: Any) -> Any:
+            return StrategyResult(messages=[{"role": "user"}], applied=True)  # type: ignore[list-item]
+
+    engine = engine_with(Garbage(), window=3000, reserve_tokens=1000)
+    with pytest.raises(CompactionError, match="garbage"):
+        await engine.project(agent_session(60, result_chars=400))
+    assert engine.consecutive_failures == 1

@@ -10,12 +10,15 @@ from context_engine.strategies.hard_truncate import HardTruncate
 from context_engine.strategies.light_trim import LightTrim
 from context_engine.strategies.microcompact import ToolResultMicrocompact
 from context_engine.strategies.session_memory import SessionMemory
+from context_engine.strategies.summary import FullSummary, PostSummaryHook
 
 __all__ = [
     "Budget",
     "ForceCompactionStrategy",
+    "FullSummary",
     "HardTruncate",
     "LightTrim",
+    "PostSummaryHook",
     "SessionMemory",
     "Strategy",
     "StrategyResult",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 import attrs
 
@@ -31,6 +31,8 @@ class Budget:
         measure: Estimates a whole view exactly as the engine does (provider
             usage anchors and fixed overhead included).
         overhead_tokens: Fixed prompt parts (tool schemas) sent with every call.
+        reason: Why the pipeline runs: ``threshold`` (``project``), ``manual``
+            (``compact``) or ``overflow`` (``recover_overflow``).
     """
 
     tokens: int
@@ -39,6 +41,7 @@ class Budget:
     counter: TokenCounter = attrs.field(eq=False, repr=False)
     measure: Callable[[Sequence[Message]], int] = attrs.field(eq=False, repr=False)
     overhead_tokens: int = 0
+    reason: Literal["threshold", "manual", "overflow"] = "threshold"
 
     @property
     def excess(self) -> int:
@@ -89,6 +92,10 @@ class Strategy(Protocol):
     ``transcript`` is the full input of the call; ``view`` is what earlier
     strategies produced from it. A strategy returns a new tuple and never
     mutates either argument.
+
+    A strategy that calls a model should also have a ``uses_llm = True``
+    attribute: the engine then skips it when no rewrite can make the view fit
+    (futility) and does not retry it until the transcript has grown.
     """
 
     @property

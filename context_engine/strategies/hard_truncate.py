@@ -6,7 +6,10 @@ Order of sacrifice, oldest first, until the view fits:
    up to the next one; messages before the first user message count as one
    turn);
 2. tool groups and other single messages of the current turn, oldest first
-   (agent sessions are often one user turn of hundreds of tool steps).
+   (agent sessions are often one user turn of hundreds of tool steps);
+3. only when nothing droppable is left and the view still does not fit: the
+   part of the newest user message's text that does not fit, never cutting it
+   below ``max_user_share`` of the threshold.
 
 Never dropped: the leading system/developer block, a leading `ContextSummary`
 checkpoint, the newest user message, the protected tail (the newest tool group
@@ -21,6 +24,12 @@ want strict alternation (Anthropic) merge consecutive user messages into one
 turn; the alternative, an assistant marker, would merge into the next
 assistant turn and break Anthropic's rule that a thinking block opens it.
 Running again merges into that marker instead of adding a second one.
+
+It is a plain `Strategy`, not a `ForceCompactionStrategy`: ``compact()`` and
+``recover_overflow()`` let the first force-capable strategy that applies win,
+so a force-capable truncation would drop whole turns where clearing tool
+results would have been enough. Recovery runs the normal pipeline afterwards,
+and this is its last step.
 """
 
 from __future__ import annotations
@@ -51,6 +60,12 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _TRIM_ATTEMPTS = 50
+# Measures the drop loop may make before it drops every unit left.
+_MEASURES = 6
+# Least tokens a measure is taken to lose per counted token dropped (a measure that barely moves).
+_MIN_RATE = 1 / 64
+# Measures spent trimming the newest user message down to what fits.
+_TRIM_MEASURES = 3
 # A block that already carries a trim marker is not cut again (idempotence).
 _TRIM_MARKER = regex.compile(r"\n\[\d+ characters trimmed\]\n")
 # Cutting fewer characters than the marker takes would lengthen the text.
@@ -82,8 +97,8 @@ def _check_share(instance: object, attribute: attrs.Attribute[float], value: obj
     ):
         raise ConfigurationError(
             f"HardTruncate(max_user_share={value!r}) must be a number in (0, 1]: the share "
-            "of the threshold the newest user message may take before it is trimmed; "
-            "use 1.0 to trim it only when it alone exceeds the threshold"
+            "of the threshold the newest user message always keeps when it has to be "
+            "trimmed; use 1.0 to trim it only when it alone exceeds the threshold"
         )
 
 
@@ -93,13 +108,15 @@ class HardTruncate:
 
     A user-role marker carrying ``TRUNCATION_KEY`` (the total count of dropped
     messages) sits right after the leading block and checkpoint. The newest
-    user message is only ever changed when it alone is larger than
-    ``max_user_share`` of the threshold: its text is then cut to head and tail
-    around a ``[N characters trimmed]`` marker and it carries ``TRIMMED_KEY``.
+    user message is only changed when every droppable message is gone and the
+    view still does not fit: its text is then cut to head and tail around a
+    ``[N characters trimmed]`` marker, by what does not fit but never below
+    ``max_user_share`` of the threshold, and it carries ``TRIMMED_KEY``.
     """
 
     max_user_share: float = attrs.field(default=0.5, validator=_check_share)
-    """Largest share of the threshold the newest user message may take untrimmed."""
+    """Share of the threshold the newest user message keeps at least when it is trimmed;
+    a message within it is never trimmed."""
 
     name: ClassVar[str] = "hard_truncate"
     uses_llm: ClassVar[bool] = False
@@ -110,11 +127,12 @@ class HardTruncate:
         """Drop old messages from ``view`` while it is over the threshold."""
         if budget.tokens <= budget.threshold:
             return StrategyResult.unchanged(view)
-        messages, replaced = truncate_view(view, budget, max_user_share=self.max_user_share)
-        if not replaced:
-            return StrategyResult.unchanged(view)
-        tokens_after = budget.measure(messages)
-        if tokens_after >= budget.measure(view):  # a few tiny messages weigh less than the marker
+        tokens_before = budget.measure(view)
+        messages, replaced, tokens_after = _truncate(
+            view, budget, self.max_user_share, tokens_before
+        )
+        if not replaced or tokens_after >= tokens_before:
+            # Nothing to drop, or a few tiny messages weigh less than the marker.
             return StrategyResult.unchanged(view)
         logger.debug(
             "strategy=<%s> tokens=<%s> dropped=<%s> | rewrite applied",
@@ -127,60 +145,139 @@ class HardTruncate:
             replaced=replaced,
         )
 
-    async def force_apply(
-        self,
-        transcript: Sequence[Message],
-        view: Sequence[Message],
-        budget: Budget,
-        *,
-        instructions: str | None = None,
-    ) -> StrategyResult:
-        """The same truncation, for overflow recovery; ``instructions`` are ignored.
-
-        Unlike checkpoint strategies it works from ``view``, the best view
-        reached so far, and it is a no-op when ``budget.tokens`` already fits.
-        """
-        return await self.apply(transcript, view, budget)
-
 
 def truncate_view(
     view: Sequence[Message], budget: Budget, *, max_user_share: float
 ) -> tuple[tuple[Message, ...], tuple[Message, ...]]:
     """Truncate ``view`` until it fits ``budget.threshold`` or only protected messages are left.
 
+    Droppable units go oldest first; the newest user message is trimmed only
+    when all of them are gone and the view still does not fit, and then only by
+    what does not fit, never below ``max_user_share`` of the threshold.
+
     Returns:
         The new view and the originals it removed or shortened, in view order
         (both equal to ``(view, ())`` when nothing changed).
     """
-    shape = analyze(view)
-    slot, start = _droppable_start(view, shape)
-    old_marker = view[slot] if start > slot else None
-    prior = int(old_marker.metadata[TRUNCATION_KEY]) if old_marker is not None else 0
+    messages, replaced, _ = _truncate(view, budget, max_user_share, budget.tokens)
+    return messages, replaced
+
+
+_Assembled = tuple[tuple[Message, ...], tuple[Message, ...]]
+
+
+@attrs.frozen
+class _Cut:
+    """Where one truncation may cut: computed once per run."""
+
+    view: Sequence[Message]
+    slot: int
+    start: int
+    prior: int
+    user_index: int
+    units: tuple[range, ...]
+
+    @classmethod
+    def of(cls, view: Sequence[Message]) -> _Cut:
+        """Read the marker slot, the newest user message and the units of ``view``."""
+        shape = analyze(view)
+        slot, start = _droppable_start(view, shape)
+        prior = int(view[slot].metadata[TRUNCATION_KEY]) if start > slot else 0
+        user_index = shape.last_user if shape.last_user >= start else -1
+        units = tuple(_drop_order(view, shape, start, user_index))
+        return cls(view, slot, start, prior, user_index, units)
+
+    def dropped_count(self, taken: int) -> int:
+        """Messages in the first ``taken`` units."""
+        return sum(len(unit) for unit in self.units[:taken])
+
+    def marker_tokens(self, counter: TokenCounter, taken: int) -> int:
+        """Tokens of the marker a view with the first ``taken`` units dropped carries."""
+        if taken:
+            return counter.count_message(truncation_marker(self.prior + self.dropped_count(taken)))
+        return counter.count_message(self.view[self.slot]) if self.start > self.slot else 0
+
+    def assemble(self, taken: int, trimmed: Message | None = None) -> _Assembled:
+        """The view with the first ``taken`` units dropped (and ``trimmed`` in place)."""
+        dropped = {index for unit in self.units[:taken] for index in unit}
+        return _assemble(
+            self.view, self.slot, self.start, self.prior, dropped, self.user_index, trimmed
+        )
+
+
+def _truncate(
+    view: Sequence[Message], budget: Budget, max_user_share: float, tokens: int
+) -> tuple[tuple[Message, ...], tuple[Message, ...], int]:
+    """`truncate_view` of a view of ``tokens`` tokens, also returning the new view's measure."""
+    cut = _Cut.of(view)
+    (messages, replaced), tokens = _drop_units(cut, budget, tokens)
+    if tokens > budget.threshold and cut.user_index >= 0:
+        share_floor = int(max_user_share * budget.threshold)
+        trimmed = _trim_newest(cut, budget, tokens, share_floor)
+        if trimmed is not None:
+            (messages, replaced), tokens = trimmed
+    return messages, replaced, tokens
+
+
+def _drop_units(cut: _Cut, budget: Budget, tokens: int) -> tuple[_Assembled, int]:
+    """Drop units oldest first until the measured view fits or none is left.
+
+    ``tokens`` is the view's size to start from. Per-unit costs are counted
+    once and dropped oldest first until their savings cover the excess; then
+    one measure. When the measured view is still over, the next round starts
+    from the measured size, with the tokens a measure lost per counted token
+    saved (1 at first) and, from the third round on, a growing multiple of the
+    miss (2, 4, 8, ...). At most ``_MEASURES`` measures: the last round drops
+    every unit left.
+    """
     counter = budget.counter
-    user_index = shape.last_user if shape.last_user >= start else -1
-    trimmed = None
-    if user_index >= 0:
-        limit = int(max_user_share * budget.threshold)
-        trimmed = trim_user_message(view[user_index], counter, limit)
-    units = _drop_order(view, shape, start, user_index)
-    estimate = budget.tokens
-    if trimmed is not None:
-        estimate -= counter.count_message(view[user_index]) - counter.count_message(trimmed)
-    dropped: set[int] = set()
-    taken = 0
-    while True:
-        if estimate <= budget.threshold or taken == len(units):
-            candidate = _assemble(view, slot, start, prior, dropped, user_index, trimmed)
-            if taken == len(units) or budget.measure(candidate[0]) <= budget.threshold:
-                return candidate
-        if taken == 0:  # the marker appears (or grows) with the first drop
-            worst = truncation_marker(prior + sum(len(unit) for unit in units))
-            estimate += counter.count_message(worst)
-            estimate -= counter.count_message(old_marker) if old_marker is not None else 0
-        unit = units[taken]
-        taken += 1
-        dropped.update(unit)
-        estimate -= sum(counter.count_message(view[index]) for index in unit)
+    costs = [sum(counter.count_message(cut.view[i]) for i in unit) for unit in cut.units]
+    worst = cut.marker_tokens(counter, len(costs))
+    growth = worst - cut.marker_tokens(counter, 0)  # the marker appears (or grows) with a drop
+    taken, saved = 0, 0
+    known, known_saved, rate = tokens, 0, 1.0
+    for attempt in range(_MEASURES):
+        want = known_saved + (known - budget.threshold) * 2 ** max(0, attempt - 1) / rate
+        while taken < len(costs) and (attempt == _MEASURES - 1 or saved < want):
+            saved += costs[taken] - (growth if taken == 0 else 0)
+            taken += 1
+        candidate = cut.assemble(taken)
+        measured = budget.measure(candidate[0]) if taken else tokens
+        if measured <= budget.threshold or taken == len(costs):
+            return candidate, measured
+        measured += worst - cut.marker_tokens(counter, taken)  # room for the marker to grow
+        if measured < known and saved > known_saved:
+            rate = max(_MIN_RATE, (known - measured) / (saved - known_saved))
+        known, known_saved = measured, saved
+    raise AssertionError("unreachable: the last round drops every unit")  # pragma: no cover
+
+
+def _trim_newest(
+    cut: _Cut, budget: Budget, tokens: int, share_floor: int
+) -> tuple[_Assembled, int] | None:
+    """Cut the newest user message by what still does not fit, down to ``share_floor`` at most.
+
+    Runs only with every unit dropped. Returns None when the message is
+    already within its share (or has nothing left to cut).
+    """
+    counter = budget.counter
+    original = cut.view[cut.user_index]
+    current, best = original, None
+    for _ in range(_TRIM_MEASURES):
+        size = counter.count_message(current)
+        limit = max(share_floor, size - (tokens - budget.threshold))
+        if limit >= size:
+            break
+        trimmed = trim_user_message(original, counter, limit)
+        if trimmed is None or trimmed == current:
+            break
+        current = trimmed
+        candidate = cut.assemble(len(cut.units), trimmed)
+        tokens = budget.measure(candidate[0])
+        best = candidate, tokens
+        if tokens <= budget.threshold:
+            break
+    return best
 
 
 def _droppable_start(view: Sequence[Message], shape: Shape) -> tuple[int, int]:
@@ -259,21 +356,30 @@ def trim_user_message(message: Message, counter: TokenCounter, limit: int) -> Me
     returned.
     """
     tokens = counter.count_message(message)
-    text_tokens = sum(
-        counter.count_text(block.text) for block in message.content if isinstance(block, TextBlock)
-    )
+    cuttable = [
+        block.text
+        for block in message.content
+        if isinstance(block, TextBlock) and not _TRIM_MARKER.search(block.text)
+    ]
+    text_tokens = sum(counter.count_text(text) for text in cuttable)
     if tokens <= limit or text_tokens == 0:
         return None
-    # Framing and images stay; the text gets what is left, less room for the markers.
-    keep_ratio = max(0.0, (limit - (tokens - text_tokens)) / text_tokens * 0.98)
+    # Framing, images and cut blocks stay; the text gets what is left, less the markers.
+    markers = sum(counter.count_text(f"\n[{len(text)} characters trimmed]\n") for text in cuttable)
+    room = limit - (tokens - text_tokens) - markers
+    keep_ratio = min(1.0, max(0.0, room / text_tokens))
     best: Message | None = None
     for _ in range(_TRIM_ATTEMPTS):
         candidate = _trim_blocks(message, keep_ratio)
-        if candidate is not None:
-            best = candidate
-            if counter.count_message(candidate) <= limit:
-                break
-        keep_ratio = 0.0 if keep_ratio < 0.01 else keep_ratio * 0.9
+        if candidate is None:  # no block loses more than its marker adds yet
+            keep_ratio = 0.0 if keep_ratio < 0.01 else keep_ratio * 0.9
+            continue
+        best = candidate
+        over = counter.count_message(candidate) - limit
+        if over <= 0 or keep_ratio == 0.0:
+            break
+        # Tokenizers do not split head, marker and tail exactly: correct by the miss.
+        keep_ratio = max(0.0, min(keep_ratio * 0.999, keep_ratio - over / text_tokens))
     return best
 
 

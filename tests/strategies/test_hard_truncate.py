@@ -13,6 +13,7 @@ import regex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from context_engine.engine import ContextEngine
 from context_engine.errors import ConfigurationError
 from context_engine.formats.openai import from_openai
 from context_engine.invariants import check_view
@@ -27,8 +28,10 @@ from context_engine.strategies.hard_truncate import (
     HardTruncate,
     is_truncation_marker,
     trim_user_message,
+    truncate_view,
     truncation_marker,
 )
+from context_engine.strategies.microcompact import ToolResultMicrocompact
 from context_engine.structure import TRIMMED_KEY, TRUNCATION_KEY, analyze, is_user_message
 from context_engine.testing import FixedTokenCounter
 from tests.conftest import load_corpus_dicts
@@ -111,16 +114,12 @@ async def run(
     threshold: int,
     *,
     transcript: Sequence[Message] | None = None,
-    force: bool = False,
 ) -> StrategyResult:
-    """Apply (or force), then check what every run must keep."""
+    """Apply, then check what every run must keep."""
     source = list(view if transcript is None else transcript)
     before_view, before_source = copy.deepcopy(list(view)), copy.deepcopy(source)
     budget = budget_for(view, counter, threshold)
-    if force:
-        result = await strategy.force_apply(source, view, budget, instructions="ignored")
-    else:
-        result = await strategy.apply(source, view, budget)
+    result = await strategy.apply(source, view, budget)
     assert list(view) == before_view, "view mutated"
     assert source == before_source, "transcript mutated"
     assert check_view(source, result.messages) == []
@@ -161,10 +160,12 @@ async def run(
     return result
 
 
-def test_is_a_force_compaction_strategy_without_llm() -> None:
+def test_is_a_plain_strategy_without_llm_not_a_force_compaction_one() -> None:
+    """compact() and recover_overflow() must not run it before cheaper strategies."""
     strategy = HardTruncate()
     assert isinstance(strategy, Strategy)
-    assert isinstance(strategy, ForceCompactionStrategy)
+    assert not isinstance(strategy, ForceCompactionStrategy)
+    assert not hasattr(strategy, "force_apply")
     assert strategy.name == "hard_truncate"
     assert HardTruncate.uses_llm is False
     assert strategy.max_user_share == 0.5
@@ -319,19 +320,19 @@ async def test_running_again_merges_into_the_same_marker(counter: FixedTokenCoun
     assert list(second.messages[2:]) == view[9:]
 
 
-async def test_fits_already_is_a_no_op_for_apply_and_force(counter: FixedTokenCounter) -> None:
+async def test_fits_already_is_a_no_op(counter: FixedTokenCounter) -> None:
     view = chat(6)
     first = await run(HardTruncate(), view, counter, 300)
     assert not (await run(HardTruncate(), first.messages, counter, 300, transcript=view)).applied
-    again = await run(HardTruncate(), first.messages, counter, 300, transcript=view, force=True)
-    assert not again.applied
-    assert not (await run(HardTruncate(), view, counter, 10_000, force=True)).applied
+    assert not (await run(HardTruncate(), view, counter, 10_000)).applied
 
 
-async def test_force_apply_truncates_the_view_it_is_given(counter: FixedTokenCounter) -> None:
+async def test_truncates_the_view_it_is_given_not_the_transcript(
+    counter: FixedTokenCounter,
+) -> None:
     transcript = chat(6)
     view = [transcript[0], *transcript[3:]]  # already lost a turn
-    result = await run(HardTruncate(), view, counter, 300, transcript=transcript, force=True)
+    result = await run(HardTruncate(), view, counter, 300, transcript=transcript)
     assert result.replaced == tuple(transcript[3:7])
     assert list(result.messages[2:]) == transcript[7:]
 
@@ -347,22 +348,57 @@ def newest_user_view(tokens: int) -> list[Message]:
     return [*chat(1), Message.user(text(tokens, "L") + text(tokens, "R"))]  # 82 + 2 * tokens + 4
 
 
+@pytest.mark.parametrize(
+    ("user_tokens", "turns", "threshold"),
+    [
+        pytest.param(9_000, 118, 15_904, id="9k-user-8k-history"),
+        pytest.param(904, 8, 1_400, id="user-above-its-share"),
+        pytest.param(2_004, 20, 2_100, id="user-near-the-threshold"),
+    ],
+)
+async def test_history_goes_before_the_newest_user_message_is_trimmed(
+    counter: FixedTokenCounter, user_tokens: int, turns: int, threshold: int
+) -> None:
+    """Dropping turns is enough, so the newest user message stays verbatim."""
+    view = [*chat(turns), Message.user(text(user_tokens - 4, "n"))]
+    assert counter.count_message(view[-1]) == user_tokens > threshold // 2
+    result = await run(HardTruncate(), view, counter, threshold)
+    assert result.messages[-1] is view[-1]
+    assert not any(TRIMMED_KEY in m.metadata for m in result.messages)
+    dropped_turns = result.messages[1].metadata[TRUNCATION_KEY] // 2
+    assert result.replaced == tuple(view[1 : 1 + 2 * dropped_turns])
+    tokens = measure_with(counter)(result.messages)
+    assert tokens <= threshold < tokens + 68  # one turn fewer would not fit
+
+
 async def test_oversized_newest_user_message_is_trimmed_head_and_tail(
     counter: FixedTokenCounter,
 ) -> None:
     view = newest_user_view(1000)
-    result = await run(HardTruncate(), view, counter, 1_000)  # limit: 500 tokens
-    assert result.replaced == (view[-1],)  # trimming alone was enough: nothing dropped
-    assert markers(result.messages) == []
+    result = await run(HardTruncate(), view, counter, 1_000)
+    # The older turn goes first (14 + 37 + 2004 still above 1000), then the message
+    # is cut to what is left: 1000 - 14 - 37 = 949 tokens.
+    assert result.replaced == tuple(view[1:])
+    assert result.messages[1] == truncation_marker(2)
     trimmed = result.messages[-1]
     assert trimmed.metadata[TRIMMED_KEY] == 1
-    assert 450 <= counter.count_message(trimmed) <= 500
+    assert 0.95 * 949 <= counter.count_message(trimmed) <= 949
     (removed,) = TRIM_MARKER.findall(trimmed.text)
     head, tail = TRIM_MARKER.split(trimmed.text)[::2]
     assert set(head) == {"L"}
     assert set(tail) == {"R"}
     assert len(head) + len(tail) + int(removed) == len(view[-1].text)
-    assert list(result.messages[:-1]) == view[:-1]
+    assert result.messages[0] is view[0]
+
+
+async def test_newest_user_message_is_cut_only_by_what_does_not_fit(
+    counter: FixedTokenCounter,
+) -> None:
+    view = [Message.system(text(10)), Message.user(text(3000))]  # 14 + 3004
+    result = await run(HardTruncate(), view, counter, 2_000)  # share 0.5 would allow only 1000
+    assert result.replaced == (view[1],)
+    assert markers(result.messages) == []
+    assert 0.95 * (2_000 - 14) <= counter.count_message(result.messages[1]) <= 2_000 - 14
 
 
 async def test_newest_user_message_within_its_share_is_untouched(
@@ -375,20 +411,25 @@ async def test_newest_user_message_within_its_share_is_untouched(
 
 
 @pytest.mark.parametrize(
-    ("share", "limit"),
+    ("share", "limit", "fits"),
     [
-        pytest.param(0.25, 250, id="quarter"),
-        pytest.param(0.5, 500, id="default-half"),
-        pytest.param(1.0, 1000, id="whole-threshold"),
+        pytest.param(0.25, 949, True, id="quarter-cut-to-what-fits"),
+        pytest.param(0.5, 949, True, id="default-half-cut-to-what-fits"),
+        pytest.param(0.96, 960, False, id="share-above-what-fits-is-the-floor"),
+        pytest.param(1.0, 1000, False, id="whole-threshold-is-the-floor"),
     ],
 )
-async def test_max_user_share_sets_the_trim_limit(
-    counter: FixedTokenCounter, share: float, limit: int
+async def test_max_user_share_is_the_least_the_newest_user_message_keeps(
+    counter: FixedTokenCounter, share: float, limit: int, fits: bool
 ) -> None:
-    view = newest_user_view(1500)
-    result = await run(HardTruncate(max_user_share=share), view, counter, 1_000)
+    view = newest_user_view(1500)  # 3004-token message; 1000 - 14 - 37 = 949 would fit
+    strategy = HardTruncate(max_user_share=share)
+    result = await run(strategy, view, counter, 1_000)
     user = next(m for m in result.messages if TRIMMED_KEY in m.metadata)
-    assert 0.85 * limit <= counter.count_message(user) <= limit
+    assert 0.95 * limit <= counter.count_message(user) <= limit
+    assert (measure_with(counter)(result.messages) <= 1_000) is fits
+    again = await run(strategy, result.messages, counter, 1_000, transcript=view)
+    assert not again.applied
 
 
 async def test_trimming_keeps_images_and_metadata(counter: FixedTokenCounter) -> None:
@@ -400,7 +441,7 @@ async def test_trimming_keeps_images_and_metadata(counter: FixedTokenCounter) ->
         metadata={"trace": "t-1"},
     )
     view = [*chat(1), newest]
-    result = await run(HardTruncate(), view, counter, 2_000)
+    result = await run(HardTruncate(), view, counter, 1_500)
     trimmed = result.messages[-1]
     assert trimmed.content[1] is image
     assert trimmed.metadata == {"trace": "t-1", TRIMMED_KEY: 2}
@@ -443,3 +484,111 @@ async def test_corpus_transcripts_fit_or_reach_the_floor(
     assert tokens <= threshold or at_floor(result.messages)
     again = await run(HardTruncate(), result.messages, counter, threshold, transcript=transcript)
     assert not again.applied
+
+
+class CountingMeasure:
+    """A `Budget.measure` that disagrees with the counter and counts its calls."""
+
+    def __init__(self, counter: FixedTokenCounter, fn: Callable[[int], int]) -> None:
+        self.counter = counter
+        self.fn = fn
+        self.calls = 0
+
+    def counted(self, messages: Sequence[Message]) -> int:
+        return sum(self.counter.count_message(m) for m in messages)
+
+    def __call__(self, messages: Sequence[Message]) -> int:
+        self.calls += 1
+        return self.fn(self.counted(messages))
+
+
+def tiny_steps_session(count: int) -> list[Message]:
+    """One request and ``count`` tool steps of 15 tokens each (2 + 2 * count messages)."""
+    view = [Message.system(text(10)), Message.user(text(10, "u"))]
+    for step in range(count):
+        call = ToolCall(f"c{step}", "bash", "{}")
+        view += [Message.assistant(tool_calls=[call]), Message.tool(call.id, "ok")]
+    return view
+
+
+@pytest.mark.parametrize(
+    ("fn", "tokens_from_measure", "exact"),
+    [
+        pytest.param(lambda n: n + 500, False, True, id="offset-budget-from-counter"),
+        pytest.param(lambda n: n + 500, True, True, id="offset-budget-from-measure"),
+        pytest.param(lambda n: 2 * n, False, False, id="measure-twice-the-counter"),
+        pytest.param(lambda n: n // 2, False, False, id="measure-half-the-counter"),
+        pytest.param(lambda n: 3 * n // 2 + 500, True, False, id="scaled-and-offset"),
+    ],
+)
+async def test_16k_messages_need_only_a_few_measures_when_measure_disagrees(
+    counter: FixedTokenCounter, fn: Callable[[int], int], tokens_from_measure: bool, exact: bool
+) -> None:
+    """The drop loop is linear: per-unit costs once, then a bounded number of measures."""
+    view = tiny_steps_session(8_000)
+    measure = CountingMeasure(counter, fn)
+    threshold = 20_000
+    tokens = measure(view) if tokens_from_measure else measure.counted(view)
+    budget = Budget(
+        tokens=tokens, window=2 * threshold, threshold=threshold, counter=counter, measure=measure
+    )
+    measure.calls = 0
+    result = await HardTruncate().apply(view, view, budget)
+    assert measure.calls <= 10
+    assert result.applied
+    assert check_view(view, result.messages) == []
+    assert fn(measure.counted(result.messages)) <= threshold
+    if exact:  # the offset is learned from one measure: no step more than needed goes
+        assert fn(measure.counted(result.messages)) > threshold - 15 - 1
+
+
+def test_truncate_view_learns_a_constant_offset_from_one_measure(
+    counter: FixedTokenCounter,
+) -> None:
+    """A budget in the counter's arithmetic, 500 short of the measure: one correction."""
+    view = tiny_steps_session(8_000)
+    measure = CountingMeasure(counter, lambda n: n + 500)
+    budget = Budget(
+        tokens=measure.counted(view), window=40_000, threshold=20_000, counter=counter,
+        measure=measure,
+    )
+    messages, replaced = truncate_view(view, budget, max_user_share=0.5)
+    assert measure.calls == 2
+    assert check_view(view, messages) == []
+    assert 20_000 - 15 - 2 < measure.counted(messages) + 500 <= 20_000
+    assert len(replaced) == len(view) - len(messages) + 1  # the marker stands for them
+
+
+async def test_a_measure_that_ignores_the_view_stops_at_the_floor(
+    counter: FixedTokenCounter,
+) -> None:
+    view = tiny_steps_session(8_000)
+    measure = CountingMeasure(counter, lambda n: 50_000)
+    budget = Budget(
+        tokens=50_000, window=60_000, threshold=20_000, counter=counter, measure=measure
+    )
+    result = await HardTruncate().apply(view, view, budget)
+    assert measure.calls <= 10
+    assert not result.applied  # nothing it may drop makes the measured view smaller
+
+
+async def test_overflow_recovery_lets_microcompact_finish_before_dropping_turns(
+    counter: FixedTokenCounter,
+) -> None:
+    """Clearing old tool results meets the target, so no turn or step is dropped."""
+    transcript = [Message.system(text(10)), Message.user(text(10))]
+    transcript += [m for step in range(30) for m in group(f"r{step}", 500)]  # 15 418 tokens
+    engine = ContextEngine(
+        10_000,
+        [ToolResultMicrocompact(), HardTruncate()],
+        reserve_tokens=1_000,
+        token_counter=counter,
+    )
+    recovered = await engine.recover_overflow(transcript, "prompt is too long")
+    assert recovered.changed
+    assert markers(recovered.messages) == []
+    assert len(recovered.messages) == len(transcript)
+    assert recovered.event is not None
+    applied = [step.name for step in recovered.event.steps if step.applied]
+    assert applied == ["tool_result_microcompact"]
+    assert check_view(transcript, recovered.messages) == []

@@ -1,0 +1,161 @@
+"""A summarizer backed by Anthropic's Messages API, through the ``anthropic`` client.
+
+Install the extra: ``pip install 'context-engine[anthropic]'``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from context_engine.errors import ConfigurationError, SummarizerError
+from context_engine.messages import Message
+from context_engine.summarize.request import SummaryRequest
+from context_engine.summarize.retry import (
+    DEFAULT_RETRY_POLICY,
+    RebuildHook,
+    RetryPolicy,
+    _check_options,
+    summarize_with_retries,
+)
+
+try:
+    import anthropic
+except ImportError as _missing:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "AnthropicSummarizer needs the anthropic package; install it with "
+        "pip install 'context-engine[anthropic]'"
+    ) from _missing
+
+__all__ = ["AnthropicSummarizer", "to_anthropic_prompt"]
+
+logger = logging.getLogger(__name__)
+
+
+class AnthropicSummarizer:
+    """Writes checkpoints with a Claude model through ``anthropic.AsyncAnthropic``.
+
+    The system prompt travels in the ``system`` parameter, the other prompt
+    messages as user/assistant text. The client's own retries are switched off
+    for these calls (``client.with_options(max_retries=0)``); `RetryPolicy`
+    retries instead.
+
+    Args:
+        client: An ``anthropic.AsyncAnthropic``; its ``base_url``, ``api_key``
+            and ``timeout`` are used as configured.
+        model: The model name sent with each request.
+        max_output_tokens: Ceiling on the answer length; the request's
+            ``max_tokens`` is lowered to it when larger. None: no ceiling.
+        extra_body: More JSON fields merged into every request body (for
+            example sampling options the installed client has no argument for).
+        retry: Retry policy.
+        rebuild: Builds the request for fewer messages when the model says the
+            prompt is too long; by default the request's own ``rebuild``.
+
+    Raises:
+        ConfigurationError: an argument cannot work.
+    """
+
+    def __init__(
+        self,
+        client: anthropic.AsyncAnthropic,
+        model: str,
+        *,
+        max_output_tokens: int | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        retry: RetryPolicy = DEFAULT_RETRY_POLICY,
+        rebuild: RebuildHook | None = None,
+    ) -> None:
+        if not isinstance(client, anthropic.AsyncAnthropic):
+            raise ConfigurationError(
+                f"AnthropicSummarizer needs an anthropic.AsyncAnthropic client, got "
+                f"{type(client).__name__}; pass anthropic.AsyncAnthropic(api_key=...)"
+            )
+        _check_options(model, max_output_tokens, retry, "AnthropicSummarizer")
+        self._client = client.with_options(max_retries=0)
+        self.model = model
+        self.max_output_tokens = max_output_tokens
+        self.extra_body = dict(extra_body) if extra_body else None
+        self.retry = retry
+        self.rebuild = rebuild
+        self.provider = "Anthropic"
+
+    def __repr__(self) -> str:
+        return f"AnthropicSummarizer(model={self.model!r})"
+
+    async def __call__(self, request: SummaryRequest) -> str:
+        """The checkpoint text for ``request``.
+
+        Raises:
+            SummarizerError: the call failed for good, or the answer was empty;
+                the message names the provider, the status and what to do.
+        """
+        return await summarize_with_retries(
+            self._send,
+            request,
+            provider=self.provider,
+            model=self.model,
+            policy=self.retry,
+            transient=(anthropic.APIConnectionError,),
+            rebuild=self.rebuild,
+        )
+
+    def arguments(self, request: SummaryRequest) -> dict[str, Any]:
+        """The keyword arguments of ``messages.create`` for ``request``."""
+        budget = request.max_tokens
+        if self.max_output_tokens is not None:
+            budget = min(budget, self.max_output_tokens)
+        system, messages = to_anthropic_prompt(request.prompt_messages)
+        arguments: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": budget,
+            "messages": messages,
+        }
+        if system:
+            arguments["system"] = system
+        if self.extra_body:
+            arguments["extra_body"] = self.extra_body
+        return arguments
+
+    async def _send(self, request: SummaryRequest) -> str:
+        message = await self._client.messages.create(**self.arguments(request))
+        return self._answer_text(message)
+
+    def _answer_text(self, message: Any) -> str:
+        where = f"Anthropic summarizer ({self.model})"
+        blocks = getattr(message, "content", None) or []
+        text = "".join(block.text for block in blocks if getattr(block, "type", None) == "text")
+        reason = getattr(message, "stop_reason", None)
+        if text.strip():
+            if reason == "max_tokens":
+                logger.warning("model=<%s> | summary cut at the token limit", self.model)
+            return text
+        if reason == "refusal":
+            raise SummarizerError(f"{where} refused to summarize (stop_reason='refusal')")
+        hint = (
+            "raise the strategy's max_summary_tokens (extended thinking spends output tokens)"
+            if reason == "max_tokens"
+            else "check the model name and the prompt"
+        )
+        raise SummarizerError(f"{where} returned no text (stop_reason={reason!r}); {hint}")
+
+
+def to_anthropic_prompt(messages: Sequence[Message]) -> tuple[str, list[dict[str, Any]]]:
+    """Split prompt messages into Anthropic's ``system`` text and text-only ``messages``.
+
+    System and developer messages form the system text. Assistant messages stay
+    assistant; every other role is sent as user text. Consecutive messages of the
+    same role are merged, since the API expects the roles to alternate.
+    """
+    system = "\n\n".join(m.text for m in messages if m.role in ("system", "developer") and m.text)
+    turns: list[dict[str, Any]] = []
+    for message in messages:
+        if message.role in ("system", "developer") or not message.text:
+            continue
+        role = "assistant" if message.role == "assistant" else "user"
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"] += "\n\n" + message.text
+        else:
+            turns.append({"role": role, "content": message.text})
+    return system, turns

@@ -1,0 +1,97 @@
+"""What a summarizer is given and how its answer is read back."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Literal, TypeAlias
+
+import attrs
+import regex
+
+from context_engine.errors import SummarizerError
+from context_engine.messages import Message
+
+__all__ = [
+    "Summarizer",
+    "SummaryKind",
+    "SummaryReason",
+    "SummaryRequest",
+    "parse_summary_text",
+]
+
+SummaryReason: TypeAlias = Literal["threshold", "manual", "overflow"]
+SummaryKind: TypeAlias = Literal["history", "turn_prefix"]
+
+
+@attrs.frozen(kw_only=True)
+class SummaryRequest:
+    """One call to a summarizer.
+
+    Attributes:
+        messages: The canonical messages to summarize (images already replaced
+            by placeholders), oldest first.
+        prompt_messages: Ready-to-send prompt for a chat model: a system message
+            and a user message holding the serialized conversation as data.
+        previous_summary: The text of the checkpoint being updated, or None.
+        instructions: What the user asked the checkpoint to focus on (``/compact``), or None.
+        reason: ``threshold``, ``manual`` or ``overflow``.
+        kind: ``history`` (the checkpoint itself) or ``turn_prefix`` (the short
+            summary of the early part of a turn the cut fell inside).
+        max_tokens: Output budget for the answer.
+    """
+
+    messages: tuple[Message, ...]
+    prompt_messages: tuple[Message, ...]
+    previous_summary: str | None = None
+    instructions: str | None = None
+    reason: SummaryReason = "threshold"
+    kind: SummaryKind = "history"
+    max_tokens: int = 4096
+    rebuild: Callable[[Sequence[Message]], SummaryRequest] | None = attrs.field(
+        default=None, eq=False, repr=False
+    )
+    """Rebuilds the request, prompt included, for fewer messages (set by `build_request`)."""
+
+    def with_messages(self, messages: Sequence[Message]) -> SummaryRequest:
+        """The same request over ``messages`` (used to retry with the oldest turns dropped).
+
+        Raises:
+            SummarizerError: the request was built by hand, without a ``rebuild``.
+        """
+        if self.rebuild is None:
+            raise SummarizerError(
+                "this SummaryRequest cannot be rebuilt for fewer messages; "
+                "create it with context_engine.summarize.prompts.build_request"
+            )
+        return self.rebuild(messages)
+
+
+Summarizer: TypeAlias = Callable[[SummaryRequest], "str | Awaitable[str]"]
+"""Any callable, plain or coroutine function, that takes a `SummaryRequest` and returns text."""
+
+_ANALYSIS = regex.compile(r"<analysis>.*?(?:</analysis>|\Z)", regex.DOTALL | regex.IGNORECASE)
+_SUMMARY = regex.compile(r"<summary>(.*?)(?:</summary>|\Z)", regex.DOTALL | regex.IGNORECASE)
+
+
+def parse_summary_text(answer: object) -> str:
+    """The checkpoint text in a summarizer's answer.
+
+    An ``<analysis>`` block (the model's scratchpad) is dropped; when a
+    ``<summary>`` block is present its content is taken, otherwise the whole
+    remaining answer.
+
+    Raises:
+        SummarizerError: the answer is not text, or nothing is left of it.
+    """
+    if not isinstance(answer, str):
+        raise SummarizerError(
+            f"summarizer returned {type(answer).__name__}; it must return the checkpoint text (str)"
+        )
+    text = _ANALYSIS.sub("", answer)
+    found = _SUMMARY.search(text)
+    if found is not None:
+        text = found.group(1)
+    text = text.strip()
+    if not text:
+        raise SummarizerError("summarizer returned an empty summary")
+    return text

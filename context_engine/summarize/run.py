@@ -1,0 +1,161 @@
+"""Calling a summarizer: timeouts, answer parsing, and chunking a long history.
+
+A history too large for one summarizer call is summarized in chunks, oldest
+first, each chunk updating the running checkpoint, so nothing old is dropped
+silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Sequence
+
+import attrs
+
+from context_engine.errors import SummarizerError
+from context_engine.messages import ImageBlock, Message, TextBlock
+from context_engine.structure import analyze
+from context_engine.summarize.prompts import SummaryPrompts, build_request
+from context_engine.summarize.request import (
+    Summarizer,
+    SummaryKind,
+    SummaryReason,
+    SummaryRequest,
+    parse_summary_text,
+)
+from context_engine.summarize.serialize import IMAGE_PLACEHOLDER, serialize_message
+from context_engine.tokens import TokenCounter
+
+__all__ = ["SummaryCall", "call_summarizer", "chunk_history", "strip_images"]
+
+# Room kept in the summarizer's window for the prompt's own framing.
+_FRAMING_TOKENS = 512
+_MIN_CHUNK_TOKENS = 1024
+
+
+async def call_summarizer(
+    summarizer: Summarizer, request: SummaryRequest, timeout: float | None
+) -> str:
+    """Run ``summarizer`` on ``request`` and return the parsed checkpoint text.
+
+    Raises:
+        SummarizerError: it raised, timed out, or returned nothing usable (the
+            original exception chained).
+    """
+    try:
+        answer = summarizer(request)
+        if inspect.isawaitable(answer):
+            answer = await asyncio.wait_for(answer, timeout) if timeout else await answer
+    except SummarizerError:
+        raise
+    except asyncio.TimeoutError as exc:
+        raise SummarizerError(f"summarizer did not answer within {timeout} s") from exc
+    except Exception as exc:
+        raise SummarizerError(f"summarizer failed: {type(exc).__name__}: {exc}") from exc
+    return parse_summary_text(answer)
+
+
+def strip_images(messages: Sequence[Message]) -> tuple[Message, ...]:
+    """The messages with every image replaced by a placeholder (new objects only where needed)."""
+    out = []
+    for message in messages:
+        if (
+            any(isinstance(block, ImageBlock) for block in message.content)
+            and not message.is_summary
+        ):
+            content = tuple(
+                TextBlock(IMAGE_PLACEHOLDER) if isinstance(block, ImageBlock) else block
+                for block in message.content
+            )
+            message = attrs.evolve(message, content=content)
+        out.append(message)
+    return tuple(out)
+
+
+def chunk_history(
+    messages: Sequence[Message],
+    counter: TokenCounter,
+    chunk_tokens: int,
+    *,
+    max_tool_result_chars: int,
+) -> list[tuple[Message, ...]]:
+    """Split ``messages`` into runs of at most ``chunk_tokens`` serialized tokens.
+
+    Tool groups are never split; a single group larger than a chunk gets a chunk
+    of its own (its tool results are clipped by the serialization anyway).
+    """
+    shape = analyze(messages)
+    chunks: list[tuple[Message, ...]] = []
+    current: list[Message] = []
+    size = 0
+    index = 0
+    while index < len(messages):
+        end = shape.unit_end(index)
+        unit = messages[index:end]
+        unit_size = sum(
+            counter.count_text(serialize_message(m, max_tool_result_chars=max_tool_result_chars))
+            for m in unit
+        )
+        if current and size + unit_size > chunk_tokens:
+            chunks.append(tuple(current))
+            current, size = [], 0
+        current.extend(unit)
+        size += unit_size
+        index = end
+    if current:
+        chunks.append(tuple(current))
+    return chunks
+
+
+@attrs.frozen(kw_only=True)
+class SummaryCall:
+    """How one strategy talks to its summarizer."""
+
+    summarizer: Summarizer
+    prompts: SummaryPrompts
+    counter: TokenCounter
+    window: int
+    max_summary_tokens: int
+    max_tool_result_chars: int
+    timeout: float | None
+    reason: SummaryReason
+    instructions: str | None
+
+    async def summarize(
+        self, messages: Sequence[Message], previous: str | None, kind: SummaryKind = "history"
+    ) -> tuple[str, int]:
+        """The checkpoint text for ``messages`` (updating ``previous``), and the number of calls."""
+        running = previous
+        chunks = chunk_history(
+            messages,
+            self.counter,
+            self._chunk_tokens(),
+            max_tool_result_chars=self.max_tool_result_chars,
+        )
+        for chunk in chunks:
+            request = build_request(
+                chunk,
+                kind=kind,
+                previous_summary=running if kind == "history" else None,
+                instructions=self.instructions,
+                reason=self.reason,
+                max_tokens=self.max_summary_tokens,
+                prompts=self.prompts,
+                max_tool_result_chars=self.max_tool_result_chars,
+            )
+            text = await call_summarizer(self.summarizer, request, self.timeout)
+            running = text if kind == "history" or running is None else f"{running}\n{text}"
+        assert running is not None
+        return running, len(chunks)
+
+    def _chunk_tokens(self) -> int:
+        prompt = self.counter.count_text(self.prompts.system + self.prompts.summary)
+        room = self.window - 2 * self.max_summary_tokens - prompt - _FRAMING_TOKENS
+        if room < _MIN_CHUNK_TOKENS:
+            raise SummarizerError(
+                f"the summarizer's window ({self.window} tokens) leaves {room} tokens for the "
+                "conversation after the prompt and two summaries; raise summarizer_window or "
+                "lower max_summary_tokens"
+            )
+        return room
