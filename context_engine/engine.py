@@ -16,6 +16,7 @@ from context_engine.breaker import BreakerState, CircuitBreaker
 from context_engine.errors import CompactionError, ConfigurationError
 from context_engine.events import ContextUsage, RewriteEvent, RewriteReason, Scope, Snapshot
 from context_engine.messages import Message
+from context_engine.overflow import is_context_overflow
 from context_engine.results import CommitResult, Projection, RecoveryResult
 from context_engine.snapshots import describe_view
 from context_engine.strategies.base import Budget, Strategy
@@ -577,6 +578,12 @@ class ContextEngine:
             CompactionError: a strategy raised.
         """
         transcript = as_transcript(messages)
+        if error is not None and not is_context_overflow(error):
+            logger.warning(
+                "error=<%s> | recover_overflow was given an error that does not look like a "
+                "context-length error; compacting anyway",
+                type(error).__name__ if isinstance(error, BaseException) else "str",
+            )
         estimate = self._estimate(transcript)
         # The rejected prompt is most likely the last view this engine returned.
         rejected = (

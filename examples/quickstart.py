@@ -1,8 +1,12 @@
 """Quickstart: a long tool-using agent session pushed through `ContextEngine.default`.
 
 The agent loop below does what a runtime does before every LLM call: it asks the
-engine for the view to send, commits the view when the engine says so, and
-appends the model's next step. Every rewrite is printed as it happens.
+engine for the view to send, commits the view when the engine says so (after a
+checkpoint), and appends the model's next step. The checkpoints are written by
+the offline `ExtractiveSummarizer`; pass an `OpenAISummarizer` or
+`AnthropicSummarizer` to have a model write them. Rewrites are printed as they
+happen (a light rewrite that repeats on every call is printed once), and the
+last checkpoint is shown at the end.
 
 Run with `make demo` (or `python examples/quickstart.py`).
 """
@@ -12,19 +16,10 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-from context_engine import ContextEngine, RewriteEvent
+from context_engine import ContextEngine, ExtractiveSummarizer, RewriteEvent
 from context_engine.testing import synthetic_session
 
 WINDOW = 32_000
-
-
-def memory_notes() -> str:
-    """What a harness keeps as session memory (here: fixed notes)."""
-    return (
-        "Task: fix nested parentheses in src/app/parser.py.\n"
-        "Known: 12 tests in tests/test_parser.py fail on nested groups.\n"
-        "Next: patch parse_group, re-run the tests."
-    )
 
 
 def show(event: RewriteEvent, step: int) -> None:
@@ -38,11 +33,7 @@ def show(event: RewriteEvent, step: int) -> None:
 
 async def main() -> None:
     session = synthetic_session(600)
-    engine = ContextEngine.default(
-        WINDOW,
-        seed=memory_notes,
-        commit_strategies=("session_memory", "full_summary"),
-    )
+    engine = ContextEngine.default(WINDOW, summarizer=ExtractiveSummarizer())
     print(
         f"window {WINDOW:,} tokens, threshold {engine.threshold:,}; "
         f"session of {len(session)} messages; * = strategy applied\n"
@@ -67,6 +58,10 @@ async def main() -> None:
         if projection.should_commit and projection.commit_messages is not None:
             transcript = list(projection.commit_messages)
     full = sum(engine.counter.count_message(m) for m in session)
+    checkpoint = next((m for m in transcript if m.is_summary), None)
+    if checkpoint is not None:
+        print("\nlast checkpoint (first 40 lines):")
+        print("\n".join(checkpoint.text.splitlines()[:40]))
     print(f"\nrewrites by strategy: {dict(tally)}")
     print(
         f"the full session is {full:,} tokens; the last view "

@@ -670,3 +670,19 @@ async def test_a_strategy_returning_garbage_fails_the_pipeline_cleanly() -> None
     with pytest.raises(CompactionError, match="garbage"):
         await engine.project(agent_session(60, result_chars=400))
     assert engine.consecutive_failures == 1
+
+
+async def test_recover_overflow_reads_provider_errors_and_warns_on_unrelated_ones(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    engine = engine_with(ShrinkToolResults())
+    messages = agent_session(40)
+    with caplog.at_level(logging.WARNING, logger="context_engine"):
+        await engine.recover_overflow(messages, "prompt is too long: 30000 tokens > 20000 maximum")
+    assert not any("does not look like" in r.getMessage() for r in caplog.records)
+    with caplog.at_level(logging.WARNING, logger="context_engine"):
+        result = await engine.recover_overflow(messages, ConnectionResetError("peer reset"))
+    assert result.changed
+    assert any(
+        "does not look like a context-length error" in r.getMessage() for r in caplog.records
+    )

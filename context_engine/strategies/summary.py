@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar, TypeAlias
 
 import attrs
+import regex
 
 from context_engine._aio import maybe_await
 from context_engine.errors import ConfigurationError
@@ -42,6 +43,7 @@ in ``room`` are dropped (and logged).
 """
 
 _PREFIX_HEADING = "## Earlier in the current request"
+_HEADING = regex.compile(r"^(#{1,5} )", regex.MULTILINE)
 
 
 def default_keep_recent_tokens(threshold: int) -> int:
@@ -183,6 +185,7 @@ class FullSummary:
             text, _ = await call.summarize(history, text)
         if prefix:
             turn, _ = await call.summarize(prefix, None, kind="turn_prefix")
+            turn = _HEADING.sub(r"#\1", turn)  # its sections nest under the prefix heading
             text = f"{text}\n\n{_PREFIX_HEADING}\n{turn}" if text else f"{_PREFIX_HEADING}\n{turn}"
         assert text is not None
         return text
