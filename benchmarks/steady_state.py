@@ -363,7 +363,6 @@ def environment(command: str, mode: str, counter: object, appended_tokens: int) 
         "versions": versions,
         "counter": repr(counter),
         "appended_message_tokens": appended_tokens,
-        "load_average_start": load_average(),
     }
 
 
@@ -475,6 +474,7 @@ def main(argv: list[str] | None = None) -> None:
     appended = counter.count_message(fresh_result())
     command = " ".join([os.path.relpath(sys.executable, REPO), *sys.argv])
     meta = environment(command, args.mode, counter, appended)
+    meta["load_average_start"] = load
     rows = [summarize(case) for case in cases]
     print(tables(rows))
     meta["elapsed_s"] = round(time.perf_counter() - started, 1)

@@ -10,7 +10,9 @@ measured tokens, whatever it rewrites.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
+from itertools import accumulate, islice
 
 import attrs
 
@@ -21,7 +23,7 @@ from context_engine.tokens import (
     REQUEST_OVERHEAD_TOKENS,
     TokenCounter,
     UsageEstimate,
-    estimate_usage,
+    estimate_from_counts,
     last_usage_index,
 )
 
@@ -34,7 +36,22 @@ def _same_prefix(view: Sequence[Message], reference: Sequence[Message], length: 
     """Whether the first ``length`` messages are the very same objects in both."""
     if len(view) < length or len(reference) < length:
         return False
-    return all(a is b for a, b in zip(view[:length], reference, strict=False))
+    return all(map(operator.is_, view[:length], reference[:length]))
+
+
+def _shared_prefix(view: tuple[Message, ...], previous: tuple[Message, ...]) -> int:
+    """How many leading messages ``view`` shares with ``previous``: all, all but one, or 0."""
+    for length in (len(previous), len(previous) - 1):
+        # Equality (identity first, inside the tuple comparison) also matches a
+        # caller that rebuilds equal message objects from dicts on every call.
+        if (
+            length > 0
+            and len(view) >= length
+            and view[length - 1] == previous[length - 1]
+            and view[:length] == previous[:length]
+        ):
+            return length
+    return 0
 
 
 def _rewritten(message: Message) -> bool:
@@ -69,11 +86,42 @@ class Meter:
     counter: TokenCounter
     overhead_tokens: int = 0
     max_user_share: float | None = None
+    # The last input measured, its prefix sums and usage index: an agent loop
+    # appends to the same list, so the next call only counts what is new.
+    _memo: tuple[tuple[Message, ...], list[int], int] = attrs.field(
+        factory=lambda: ((), [0], -1), init=False, repr=False
+    )
 
     def counted(self, view: Sequence[Message]) -> int:
         """Tokenizer count of ``view`` with the request framing, no correction."""
         count = self.counter.count_message
-        return sum(count(m) for m in view) + REQUEST_OVERHEAD_TOKENS
+        return sum(map(count, view)) + REQUEST_OVERHEAD_TOKENS
+
+    def counts(self, view: tuple[Message, ...]) -> tuple[list[int], int]:
+        """Prefix sums of the per-message counts of ``view`` and its usage index.
+
+        Reuses the previous input's work for the part ``view`` shares with it
+        (all of it when the caller appended, all but the last message when the
+        caller replaced that one), checked by a C-speed comparison, so an agent
+        loop pays only for the messages that are new.
+        """
+        previous, cumulative, usage_index = self._memo
+        shared = _shared_prefix(view, previous)
+        if shared:
+            del cumulative[shared + 1 :]
+            if usage_index >= shared:
+                usage_index = last_usage_index(view[:shared])
+        else:
+            cumulative, usage_index = [0], -1
+        if len(view) > shared:
+            new = view[shared:]
+            totals = accumulate(map(self.counter.count_message, new), initial=cumulative[-1])
+            cumulative.extend(islice(totals, 1, None))  # skip the repeated initial total
+            found = last_usage_index(new)
+            if found >= 0:
+                usage_index = shared + found
+        self._memo = (view, cumulative, usage_index)
+        return cumulative, usage_index
 
     def estimate(self, view: tuple[Message, ...], seen: Seen | None) -> UsageEstimate:
         """Estimate ``view`` given what the engine saw and returned last.
@@ -85,7 +133,7 @@ class Meter:
         an anchor behind a message a strategy rewrote is ignored and any other is
         checked against the counted prefix.
         """
-        index = last_usage_index(view)
+        cumulative, index = self.counts(view)
         trusted: bool | None = None
         if index >= 0 and seen is None:
             if any(_rewritten(m) for m in view[:index]):
@@ -102,15 +150,16 @@ class Meter:
                     and _same_prefix(view, seen.view, index + 1)
                 )
             )
-        return estimate_usage(
-            view, self.counter, overhead_tokens=self.overhead_tokens, anchor_trusted=trusted
+        return estimate_from_counts(
+            view, cumulative, index, overhead_tokens=self.overhead_tokens, anchor_trusted=trusted
         )
 
     def measurer(
         self, transcript: tuple[Message, ...], estimate: UsageEstimate
     ) -> Callable[[Sequence[Message]], int]:
         """Measure views derived from ``transcript`` on the scale of its estimate."""
-        correction = estimate.tokens - self.counted(transcript)
+        cumulative, _ = self.counts(transcript)
+        correction = estimate.tokens - cumulative[-1] - REQUEST_OVERHEAD_TOKENS
 
         def measure(view: Sequence[Message]) -> int:
             return max(0, self.counted(view) + correction)
@@ -149,5 +198,5 @@ class Meter:
             if index == shape.last_user and self.max_user_share is not None:
                 tokens = min(tokens, int(self.max_user_share * threshold))
             total += tokens
-        correction = estimate.tokens - self.counted(view)
+        correction = estimate.tokens - self.counts(view)[0][-1] - REQUEST_OVERHEAD_TOKENS
         return max(0, total + REQUEST_OVERHEAD_TOKENS + correction)

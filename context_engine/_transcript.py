@@ -9,7 +9,7 @@ from context_engine.errors import InvalidMessageError
 from context_engine.messages import Message
 from context_engine.overflow import overflow_token_counts
 
-__all__ = ["as_transcript", "chain", "growth_key", "recovery_target"]
+__all__ = ["as_transcript", "chain", "recovery_target"]
 
 
 def as_transcript(messages: Sequence[Message]) -> tuple[Message, ...]:
@@ -17,6 +17,9 @@ def as_transcript(messages: Sequence[Message]) -> tuple[Message, ...]:
     if isinstance(messages, (str, bytes, Message)) or not isinstance(messages, Iterable):
         raise InvalidMessageError(f"expected a sequence of Message, got {type(messages).__name__}")
     transcript = tuple(messages)
+    # One C-speed pass over the types; the per-item loop only runs to name a culprit.
+    if all(map(_is_message_type, set(map(type, transcript)))):
+        return transcript
     for index, message in enumerate(transcript):
         if not isinstance(message, Message):
             hint = (
@@ -30,9 +33,8 @@ def as_transcript(messages: Sequence[Message]) -> tuple[Message, ...]:
     return transcript
 
 
-def growth_key(transcript: tuple[Message, ...]) -> tuple[int, int]:
-    """Identifies a transcript state; it changes when the transcript grows."""
-    return (len(transcript), id(transcript[-1]) if transcript else 0)
+def _is_message_type(kind: type) -> bool:
+    return issubclass(kind, Message)
 
 
 def recovery_target(

@@ -18,6 +18,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from itertools import accumulate
 from typing import Protocol, runtime_checkable
 
 import attrs
@@ -33,6 +34,7 @@ __all__ = [
     "TiktokenCounter",
     "TokenCounter",
     "UsageEstimate",
+    "estimate_from_counts",
     "estimate_usage",
     "last_usage_index",
     "resolve_counter",
@@ -343,18 +345,41 @@ def estimate_usage(
             (usage kept on a message after a compaction) needs history: the
             engine passes False for anchors it did not see sent.
     """
-    counts = [counter.count_message(m) for m in messages]
-    counted = sum(counts) + REQUEST_OVERHEAD_TOKENS
+    cumulative = list(accumulate(map(counter.count_message, messages), initial=0))
     index = last_usage_index(messages) if anchor_trusted is not False else -1
-    if index >= 0:
-        usage = messages[index].usage
+    return estimate_from_counts(
+        messages, cumulative, index, overhead_tokens=overhead_tokens, anchor_trusted=anchor_trusted
+    )
+
+
+def estimate_from_counts(
+    messages: Sequence[Message],
+    cumulative: Sequence[int],
+    usage_index: int,
+    *,
+    overhead_tokens: int = 0,
+    anchor_trusted: bool | None = None,
+) -> UsageEstimate:
+    """`estimate_usage` from counts the caller already has.
+
+    Args:
+        messages: The messages measured.
+        cumulative: Prefix sums of the per-message counts (``len(messages) + 1``
+            items, starting at 0).
+        usage_index: `last_usage_index` of ``messages``.
+        overhead_tokens: Fixed prompt parts sent with every call.
+        anchor_trusted: As for `estimate_usage`.
+    """
+    total_counted = cumulative[-1] + REQUEST_OVERHEAD_TOKENS
+    if usage_index >= 0 and anchor_trusted is not False:
+        usage = messages[usage_index].usage
         assert usage is not None
         anchored = usage.total_tokens
-        prefix = sum(counts[: index + 1]) + REQUEST_OVERHEAD_TOKENS
+        prefix = cumulative[usage_index + 1] + REQUEST_OVERHEAD_TOKENS
         if anchor_trusted or _anchor_plausible(anchored, prefix):
-            trailing = sum(counts[index + 1 :])
-            return UsageEstimate(anchored + trailing, anchored, trailing, index)
-    total = counted + overhead_tokens
+            trailing = cumulative[-1] - cumulative[usage_index + 1]
+            return UsageEstimate(anchored + trailing, anchored, trailing, usage_index)
+    total = total_counted + overhead_tokens
     return UsageEstimate(total, 0, total, -1)
 
 

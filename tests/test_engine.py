@@ -686,3 +686,33 @@ async def test_recover_overflow_reads_provider_errors_and_warns_on_unrelated_one
     assert any(
         "does not look like a context-length error" in r.getMessage() for r in caplog.records
     )
+
+
+class CountingCounter(FixedTokenCounter):
+    """Counts how many messages the engine asks about (cache hits included)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = 0
+
+    def count_message(self, message: Message) -> int:
+        self.asked += 1
+        return super().count_message(message)
+
+
+@pytest.mark.parametrize("rebuilt", [False, True], ids=["same-objects", "rebuilt-equal-objects"])
+def test_appending_one_message_to_a_long_history_only_counts_that_message(rebuilt: bool) -> None:
+    counter = CountingCounter()
+    engine = ContextEngine(10_000_000, token_counter=counter)
+    history = agent_session(500)
+    engine.project_sync(history)
+    grown = [*history, Message.user("one more thing")]
+    if rebuilt:
+        grown = [Message(m.role, m.content, m.tool_call_id, m.name) for m in grown]
+    counter.asked = 0
+    result = engine.project_sync(grown)
+    assert counter.asked == 1
+    assert (
+        result.usage.tokens
+        == FixedTokenCounter().count_message(grown[-1]) + engine.estimate(history).tokens
+    )
