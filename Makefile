@@ -29,6 +29,7 @@ test: lint
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/steady_state.py
+	$(BIN)/python benchmarks/telemetry_overhead.py
 
 bench-quick: $(STAMP)
 	$(BIN)/python benchmarks/steady_state.py --quick

@@ -123,6 +123,30 @@ class Meter:
         self._memo = (view, cumulative, usage_index)
         return cumulative, usage_index
 
+    def shared_prefix(
+        self, view: tuple[Message, ...], previous: tuple[Message, ...]
+    ) -> tuple[int, bool]:
+        """Leading messages ``view`` shares with ``previous``, and whether that is all of it."""
+        known = len(previous)
+        if len(view) >= known and view[:known] == previous:
+            return known, True
+        shared = 0
+        for mine, theirs in zip(view, previous, strict=False):
+            if mine is not theirs and mine != theirs:
+                break
+            shared += 1
+        return shared, False
+
+    def prefix_tokens(self, view: tuple[Message, ...], shared: int) -> int:
+        """Tokens of ``view[:shared]`` plus the fixed overhead (0 when nothing is shared)."""
+        if shared == 0:
+            return 0
+        memo_view, cumulative, _ = self._memo
+        if memo_view is view:
+            return cumulative[shared] + self.overhead_tokens
+        count = self.counter.count_message
+        return sum(map(count, view[:shared])) + self.overhead_tokens
+
     def estimate(self, view: tuple[Message, ...], seen: Seen | None) -> UsageEstimate:
         """Estimate ``view`` given what the engine saw and returned last.
 

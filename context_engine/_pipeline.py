@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
@@ -18,6 +19,7 @@ from context_engine.strategies.base import (
     Strategy,
     StrategyResult,
 )
+from context_engine.telemetry import current_telemetry, set_attributes
 
 __all__ = ["PipelineFailure", "PipelineOutcome", "run_forced", "run_pipeline"]
 
@@ -78,9 +80,21 @@ class _Run:
         finish = await call_hook("on_strategy", on_strategy, name)
         before = self.budget.tokens
         started = time.perf_counter()
+        telemetry = current_telemetry()
+        span_scope = telemetry.strategy(name, before) if telemetry else contextlib.nullcontext()
         try:
-            result = await call()
-            after = _checked(name, result, self.budget)
+            with span_scope as span:
+                result = await call()
+                after = _checked(name, result, self.budget)
+                if span is not None:
+                    set_attributes(
+                        span,
+                        {
+                            "context_engine.strategy.applied": result.applied,
+                            "context_engine.tokens_after": after,
+                            "context_engine.strategy.error": result.error,
+                        },
+                    )
         except Exception as exc:
             self.steps.append(
                 RewriteStep(

@@ -20,6 +20,7 @@ from context_engine.overflow import is_context_overflow
 from context_engine.results import CommitResult, Projection, RecoveryResult
 from context_engine.snapshots import describe_view
 from context_engine.strategies.base import Budget, Strategy
+from context_engine.telemetry import Telemetry, set_attributes
 from context_engine.tokens import (
     DEFAULT_ENCODING,
     TokenCounter,
@@ -94,6 +95,8 @@ class _Remembered:
     outcome: PipelineOutcome | None = None
     input: tuple[Message, ...] = ()
     input_estimate: UsageEstimate | None = None
+    prefix_stable: bool | None = None
+    prefix_reused_tokens: int = 0
 
     def seen(self) -> Seen:
         return Seen(
@@ -123,6 +126,8 @@ class ContextEngine:
         on_compact: Called with the event of each ``compact`` rewrite.
         on_strategy: Called with a strategy's name before it runs; may return a
             callable (no arguments) called when it ends, on failure too.
+        tracer_provider: OpenTelemetry tracer provider; None uses the global one.
+        meter_provider: OpenTelemetry meter provider; None uses the global one.
     """
 
     def __init__(
@@ -142,6 +147,8 @@ class ContextEngine:
         on_recover: Hook | None = None,
         on_compact: Hook | None = None,
         on_strategy: Callable[[str], Any] | None = None,
+        tracer_provider: Any = None,
+        meter_provider: Any = None,
     ) -> None:
         self._window = _positive_window(context_window)
         self._reserve = _reserve(reserve_tokens)
@@ -191,6 +198,7 @@ class ContextEngine:
         self.on_strategy = on_strategy
         self._last: _Remembered | None = None
         self._stalled_at: int | None = None
+        self._telemetry = Telemetry(tracer_provider, meter_provider)
         _warn_if_no_room(self._window, self.reserve_tokens)
 
     @classmethod
@@ -290,14 +298,26 @@ class ContextEngine:
         last = self._last
         return self._meter.estimate(view, last.seen() if last else None)
 
-    def _usage(self, estimate: UsageEstimate) -> ContextUsage:
+    def _usage(
+        self, estimate: UsageEstimate, prefix: tuple[bool | None, int] = (None, 0)
+    ) -> ContextUsage:
         return ContextUsage(
             tokens=estimate.tokens,
             context_window=self._window,
             threshold=self.threshold,
             usage_tokens=estimate.usage_tokens,
             trailing_tokens=estimate.trailing_tokens,
+            prefix_stable=prefix[0],
+            prefix_reused_tokens=prefix[1],
         )
+
+    def _prefix(self, view: tuple[Message, ...]) -> tuple[bool | None, int]:
+        """Whether ``view`` keeps the previous view as its prefix, and the tokens it shares."""
+        last = self._last
+        if last is None:
+            return None, 0
+        shared, stable = self._meter.shared_prefix(view, last.view)
+        return stable, self._meter.prefix_tokens(view, shared)
 
     def _budget(
         self,
@@ -321,14 +341,18 @@ class ContextEngine:
     @property
     def usage(self) -> ContextUsage | None:
         """Usage of the last active view, or None before the first call."""
-        return self._usage(self._last.estimate) if self._last else None
+        last = self._last
+        if last is None:
+            return None
+        return self._usage(last.estimate, (last.prefix_stable, last.prefix_reused_tokens))
 
     def snapshot(self) -> Snapshot | None:
         """A description of the last active view, or None before the first call."""
         last = self._last
         if last is None:
             return None
-        return describe_view(last.scope, last.view, self._usage(last.estimate), last.outcome)
+        usage = self._usage(last.estimate, (last.prefix_stable, last.prefix_reused_tokens))
+        return describe_view(last.scope, last.view, usage, last.outcome)
 
     def sync(self, messages: Sequence[Message]) -> None:
         """Record ``messages`` as the new baseline and forget the remembered view."""
@@ -344,9 +368,14 @@ class ContextEngine:
         estimate: UsageEstimate,
         outcome: PipelineOutcome | None = None,
         source: tuple[tuple[Message, ...], UsageEstimate] | None = None,
-    ) -> None:
+    ) -> ContextUsage:
+        """Make ``view`` the last active view; return its usage (prefix facts included)."""
         given, given_estimate = source if source is not None else (view, estimate)
-        self._last = _Remembered(scope, view, estimate, outcome, given, given_estimate)
+        stable, reused = self._prefix(view)
+        self._last = _Remembered(
+            scope, view, estimate, outcome, given, given_estimate, stable, reused
+        )
+        return self._usage(estimate, (stable, reused))
 
     # -- project ---------------------------------------------------------------------
 
@@ -362,14 +391,21 @@ class ContextEngine:
             InvalidMessageError: ``messages`` is not a sequence of `Message`.
             CompactionError: a strategy raised; ``.view`` is the best view reached.
         """
+        with self._telemetry.operation("project", self._span_start()) as span:
+            result = await self._project(messages)
+            self._span_end(span, result)
+            return result
+
+    async def _project(self, messages: Sequence[Message]) -> Projection:
+        """The body of `project`."""
         transcript = as_transcript(messages)
         failures = self.breaker.failures
         if self.breaker.should_skip():
             return await self._skip(transcript, failures)
         estimate = self._estimate(transcript)
         if estimate.tokens <= self.threshold:
-            self._remember("baseline", transcript, estimate)
-            return Projection(messages=transcript, usage=self._usage(estimate), changed=False)
+            usage = self._remember("baseline", transcript, estimate)
+            return Projection(messages=transcript, usage=usage, changed=False)
         floor = self._meter.floor_tokens(transcript, estimate, self.threshold)
         futile = floor > self.threshold
         allow_llm = not futile and self._grown_since_stall(estimate.tokens)
@@ -385,10 +421,15 @@ class ContextEngine:
         except PipelineFailure as failure:
             raise self._failed(transcript, estimate, failure) from failure.__cause__
         if outcome.changed:
-            self.breaker.record_success()
+            self._breaker_success()
         if outcome.tokens > self.threshold and allow_llm:
             self._stalled_at = estimate.tokens
         return await self._finish_projection(transcript, estimate, outcome, futile, floor)
+
+    def _breaker_success(self) -> None:
+        if self.breaker.state == "open":
+            self._telemetry.breaker_moved(opened=False)
+        self.breaker.record_success()
 
     def _grown_since_stall(self, tokens: int) -> bool:
         """LLM strategies that could not fit the view run again only after real growth."""
@@ -406,14 +447,21 @@ class ContextEngine:
     ) -> Projection:
         should_commit = any(name in self.commit_strategies for name in outcome.applied)
         view_estimate = self._meter.estimate_outcome(transcript, estimate, outcome)
-        usage = self._usage(view_estimate)
+        if outcome.changed:
+            scope: Scope = "committed" if should_commit else "projected"
+            usage = self._remember(
+                scope, outcome.view, view_estimate, outcome, (transcript, estimate)
+            )
+        else:
+            usage = self._remember("baseline", transcript, estimate)
+        self._record_rewrites("threshold", outcome)
         event = None
-        fits = outcome.tokens <= self.threshold
-        if outcome.changed or futile or not fits or any(s.error for s in outcome.steps):
+        if outcome.changed or futile or not usage.fits or any(s.error for s in outcome.steps):
             event = self._event(
                 "threshold",
                 outcome,
                 estimate.tokens,
+                usage,
                 committed=should_commit,
                 futile=futile,
                 floor=floor if futile else 0,
@@ -427,17 +475,6 @@ class ContextEngine:
                 should_commit,
                 futile,
             )
-        if outcome.changed:
-            self._remember(
-                "committed" if should_commit else "projected",
-                outcome.view,
-                view_estimate,
-                outcome,
-                (transcript, estimate),
-            )
-        else:
-            self._remember("baseline", transcript, estimate)
-        if event is not None:
             await call_hook("on_project", self.on_project, event)
         return Projection(
             messages=outcome.view,
@@ -451,6 +488,7 @@ class ContextEngine:
 
     async def _skip(self, transcript: tuple[Message, ...], failures: int) -> Projection:
         estimate = self._estimate(transcript)
+        usage = self._remember("skipped", transcript, estimate)
         event = RewriteEvent(
             reason="circuit_breaker",
             strategy="circuit_breaker",
@@ -459,17 +497,20 @@ class ContextEngine:
             tokens_after=estimate.tokens,
             view=transcript,
             failures=failures,
+            prefix_stable=usage.prefix_stable,
+            prefix_reused_tokens=usage.prefix_reused_tokens,
         )
         logger.warning(
             "failures=<%d> state=<%s> | circuit breaker open: strategies skipped for this call",
             failures,
             self.breaker.state,
         )
-        self._remember("skipped", transcript, estimate)
+        if self.breaker.state != "open":
+            self._telemetry.breaker_moved(opened=False)
         await call_hook("on_project", self.on_project, event)
         return Projection(
             messages=transcript,
-            usage=self._usage(estimate),
+            usage=usage,
             changed=False,
             strategy="circuit_breaker",
             event=event,
@@ -479,6 +520,8 @@ class ContextEngine:
         self, transcript: tuple[Message, ...], estimate: UsageEstimate, failure: PipelineFailure
     ) -> CompactionError:
         opened = self.breaker.record_failure()
+        if opened:
+            self._telemetry.breaker_moved(opened=True)
         cause = failure.__cause__
         logger.warning(
             "strategy=<%s> failures=<%d> opened=<%s> | pipeline failed: %s",
@@ -511,6 +554,7 @@ class ContextEngine:
         reason: RewriteReason,
         outcome: PipelineOutcome,
         tokens_before: int,
+        usage: ContextUsage,
         *,
         committed: bool,
         futile: bool = False,
@@ -529,7 +573,44 @@ class ContextEngine:
             failures=self.breaker.failures,
             futile=futile,
             floor_tokens=floor,
+            prefix_stable=usage.prefix_stable,
+            prefix_reused_tokens=usage.prefix_reused_tokens,
         )
+
+    def _span_start(self) -> dict[str, Any]:
+        return {
+            "context_engine.window": self._window,
+            "context_engine.threshold": self.threshold,
+            "context_engine.breaker.state": self.breaker.state,
+        }
+
+    def _span_end(self, span: Any, result: Projection | CommitResult) -> None:
+        if span is None:
+            return
+        event = result.event
+        set_attributes(
+            span,
+            {
+                "context_engine.tokens_before": event.tokens_before
+                if event
+                else result.usage.tokens,
+                "context_engine.tokens_after": result.usage.tokens,
+                "context_engine.changed": result.changed,
+                "context_engine.committed": bool(event and event.committed),
+                "context_engine.strategy": result.strategy,
+                "context_engine.reason": event.reason if event else None,
+                "context_engine.futile": bool(event and event.futile),
+                "context_engine.breaker.state": self.breaker.state,
+                "context_engine.breaker.failures": self.breaker.failures,
+                "context_engine.prefix_stable": result.usage.prefix_stable,
+                "context_engine.prefix_reused_tokens": result.usage.prefix_reused_tokens,
+            },
+        )
+
+    def _record_rewrites(self, reason: RewriteReason, outcome: PipelineOutcome) -> None:
+        for step in outcome.steps:
+            if step.applied:
+                self._telemetry.rewrite(step.name, reason, step.tokens_before - step.tokens_after)
 
     # -- compact and recover ---------------------------------------------------------------
 
@@ -544,6 +625,15 @@ class ContextEngine:
             InvalidMessageError: ``messages`` is not a sequence of `Message`.
             CompactionError: the strategy raised (the breaker does not count it).
         """
+        with self._telemetry.operation("compact", self._span_start()) as span:
+            result = await self._compact(messages, instructions)
+            self._span_end(span, result)
+            return result
+
+    async def _compact(
+        self, messages: Sequence[Message], instructions: str | None = None
+    ) -> CommitResult:
+        """The body of `compact`."""
         transcript = as_transcript(messages)
         estimate = self._estimate(transcript)
         try:
@@ -568,15 +658,25 @@ class ContextEngine:
     ) -> RecoveryResult:
         """Shrink a view the provider rejected as too long.
 
-        The target is below the threshold by the factor the estimate missed (read
-        from the provider's error message when it states the real size). Force-
-        capable strategies run first on the full transcript, then the regular
-        pipeline finishes the job. A successful recovery closes the breaker.
+        The target is below the threshold by the factor the estimate missed (the
+        provider's error is read for the real size and limit when it states
+        them). Force-capable strategies run first on the full transcript, then
+        the regular pipeline finishes the job. A successful recovery closes the
+        breaker.
 
         Raises:
             InvalidMessageError: ``messages`` is not a sequence of `Message`.
             CompactionError: a strategy raised.
         """
+        with self._telemetry.operation("recover_overflow", self._span_start()) as span:
+            result = await self._recover_overflow(messages, error)
+            self._span_end(span, result)
+            return result
+
+    async def _recover_overflow(
+        self, messages: Sequence[Message], error: BaseException | str | None = None
+    ) -> RecoveryResult:
+        """The body of `recover_overflow`."""
         transcript = as_transcript(messages)
         if error is not None and not is_context_overflow(error):
             logger.warning(
@@ -619,7 +719,7 @@ class ContextEngine:
                 failures=self.breaker.failures,
             ) from failure.__cause__
         if outcome.changed:
-            self.breaker.record_success()
+            self._breaker_success()
         fields = await self._finish_forced(
             "overflow", transcript, estimate, outcome, futile=futile, floor=floor
         )
@@ -647,18 +747,22 @@ class ContextEngine:
         view_estimate = self._meter.estimate_outcome(transcript, estimate, outcome)
         event = None
         if outcome.changed:
-            self._remember(
+            usage = self._remember(
                 "committed" if reason == "manual" else "recovered",
                 outcome.view,
                 view_estimate,
                 outcome,
                 (transcript, estimate),
             )
+        else:
+            usage = self._usage(view_estimate, self._prefix(outcome.view))
+        self._record_rewrites(reason, outcome)
         if outcome.changed or futile or any(step.error for step in outcome.steps):
             event = self._event(
                 reason,
                 outcome,
                 estimate.tokens,
+                usage,
                 committed=True,
                 futile=futile,
                 floor=floor if futile else 0,
@@ -679,7 +783,7 @@ class ContextEngine:
         info = outcome.info
         return {
             "messages": outcome.view,
-            "usage": self._usage(view_estimate),
+            "usage": usage,
             "changed": outcome.changed,
             "strategy": outcome.applied[-1] if outcome.applied else None,
             "event": event,

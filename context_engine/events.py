@@ -93,6 +93,10 @@ class RewriteEvent:
         failures: Consecutive pipeline failures (set for ``circuit_breaker``).
         futile: The untouchable part alone is above the threshold.
         floor_tokens: Tokens of that untouchable part.
+        prefix_stable: The view starts with the previous view unchanged (what a
+            provider's prompt cache can reuse); None on an engine's first call.
+        prefix_reused_tokens: Tokens of the messages the view shares with the
+            previous view from the start (fixed overhead included).
     """
 
     reason: RewriteReason
@@ -107,6 +111,8 @@ class RewriteEvent:
     failures: int = 0
     futile: bool = False
     floor_tokens: int = 0
+    prefix_stable: bool | None = None
+    prefix_reused_tokens: int = 0
 
 
 @attrs.frozen(kw_only=True)
@@ -119,6 +125,10 @@ class ContextUsage:
         threshold: ``window - reserve``; above it strategies run.
         usage_tokens: Part of ``tokens`` taken from provider-reported usage.
         trailing_tokens: Part of ``tokens`` counted with the tokenizer.
+        prefix_stable: The view starts with the previous view unchanged (what a
+            provider's prompt cache can reuse); None before a previous view.
+        prefix_reused_tokens: Tokens of the leading messages shared with the
+            previous view (fixed overhead included).
     """
 
     tokens: int
@@ -126,6 +136,8 @@ class ContextUsage:
     threshold: int
     usage_tokens: int = 0
     trailing_tokens: int = 0
+    prefix_stable: bool | None = None
+    prefix_reused_tokens: int = 0
 
     @property
     def percent(self) -> float:

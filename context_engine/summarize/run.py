@@ -8,6 +8,7 @@ silently.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 from collections.abc import Sequence
 
@@ -25,6 +26,7 @@ from context_engine.summarize.request import (
     parse_summary_text,
 )
 from context_engine.summarize.serialize import IMAGE_PLACEHOLDER, serialize_message
+from context_engine.telemetry import current_telemetry
 from context_engine.tokens import TokenCounter
 
 __all__ = ["SummaryCall", "call_summarizer", "chunk_history", "strip_images"]
@@ -43,17 +45,28 @@ async def call_summarizer(
         SummarizerError: it raised, timed out, or returned nothing usable (the
             original exception chained).
     """
-    try:
-        answer = summarizer(request)
-        if inspect.isawaitable(answer):
-            answer = await asyncio.wait_for(answer, timeout) if timeout else await answer
-    except SummarizerError:
-        raise
-    except asyncio.TimeoutError as exc:
-        raise SummarizerError(f"summarizer did not answer within {timeout} s") from exc
-    except Exception as exc:
-        raise SummarizerError(f"summarizer failed: {type(exc).__name__}: {exc}") from exc
-    return parse_summary_text(answer)
+    telemetry = current_telemetry()
+    attributes = {
+        "gen_ai.request.max_tokens": request.max_tokens,
+        "context_engine.summary.kind": request.kind,
+        "context_engine.summary.reason": request.reason,
+        "context_engine.summary.messages": len(request.messages),
+    }
+    scope = (
+        telemetry.summarizer_call(summarizer, attributes) if telemetry else contextlib.nullcontext()
+    )
+    with scope:
+        try:
+            answer = summarizer(request)
+            if inspect.isawaitable(answer):
+                answer = await asyncio.wait_for(answer, timeout) if timeout else await answer
+        except SummarizerError:
+            raise
+        except asyncio.TimeoutError as exc:
+            raise SummarizerError(f"summarizer did not answer within {timeout} s") from exc
+        except Exception as exc:
+            raise SummarizerError(f"summarizer failed: {type(exc).__name__}: {exc}") from exc
+        return parse_summary_text(answer)
 
 
 def strip_images(messages: Sequence[Message]) -> tuple[Message, ...]:

@@ -1,0 +1,233 @@
+"""OpenTelemetry spans and metrics, on the API only.
+
+The tracer and meter are named ``context_engine`` with the package version.
+Without an SDK configured every call is a no-op. The user may pass their own
+``tracer_provider`` / ``meter_provider`` to the engine. Telemetry errors are
+logged, never raised.
+
+Spans: ``context_engine.project`` / ``context_engine.compact`` /
+``context_engine.recover_overflow`` for each engine call, a child
+``context_engine.strategy`` per strategy run, and a GenAI-convention child
+(``chat {model}``) per summarizer call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterator
+from contextvars import ContextVar
+from typing import Any
+
+from opentelemetry import metrics, trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+__all__ = ["Telemetry", "current_telemetry"]
+
+logger = logging.getLogger(__name__)
+
+_NO_OP_PROVIDERS = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+_current: ContextVar[Telemetry | None] = ContextVar("context_engine_telemetry", default=None)
+
+
+def _version() -> str:
+    from context_engine import __version__
+
+    return __version__
+
+
+def current_telemetry() -> Telemetry | None:
+    """The telemetry of the engine call running in this context, if any."""
+    return _current.get()
+
+
+class Telemetry:
+    """The instruments of one engine.
+
+    Args:
+        tracer_provider: Provider for spans; None uses the global one.
+        meter_provider: Provider for metrics; None uses the global one.
+    """
+
+    def __init__(self, tracer_provider: Any = None, meter_provider: Any = None) -> None:
+        version = _version()
+        self._tracer_provider = tracer_provider
+        self._tracing = False
+        self._tracing_checked_until = 0.0
+        self.tracer = trace.get_tracer("context_engine", version, tracer_provider=tracer_provider)
+        meter = metrics.get_meter("context_engine", version, meter_provider=meter_provider)
+        self.rewrites = meter.create_counter(
+            "context_engine.rewrites",
+            unit="{rewrite}",
+            description="Views rewritten, by strategy and reason",
+        )
+        self.tokens_saved = meter.create_histogram(
+            "context_engine.tokens_saved", unit="{token}", description="Tokens a rewrite removed"
+        )
+        self.duration = meter.create_histogram(
+            "context_engine.operation.duration",
+            unit="s",
+            description="Engine call latency, summarizer time included",
+        )
+        self.engine_duration = meter.create_histogram(
+            "context_engine.operation.engine_duration",
+            unit="s",
+            description="Engine call latency without summarizer time",
+        )
+        self.summarizer_calls = meter.create_counter(
+            "context_engine.summarizer.calls", unit="{call}", description="Summarizer calls"
+        )
+        self.summarizer_failures = meter.create_counter(
+            "context_engine.summarizer.failures",
+            unit="{call}",
+            description="Summarizer calls that raised, timed out or answered nothing usable",
+        )
+        self.breaker_trips = meter.create_counter(
+            "context_engine.breaker.trips", unit="{trip}", description="Circuit breaker openings"
+        )
+        self.breaker_open = meter.create_up_down_counter(
+            "context_engine.breaker.open",
+            unit="{engine}",
+            description="Engines whose circuit breaker is open",
+        )
+        self._llm_seconds = 0.0
+
+    def tracing(self) -> bool:
+        """Whether spans go anywhere: a provider was given or an SDK was installed globally.
+
+        Starting a span on the API's no-op proxy costs more than the engine's
+        whole hot path, so without a provider no span is started at all. The
+        global provider is looked up at most once a second (the lookup itself
+        reads the environment).
+        """
+        if self._tracer_provider is not None:
+            return True
+        now = time.monotonic()
+        if now >= self._tracing_checked_until:
+            self._tracing = not isinstance(trace.get_tracer_provider(), _NO_OP_PROVIDERS)
+            self._tracing_checked_until = now + 1.0
+        return self._tracing
+
+    @contextlib.contextmanager
+    def _span(self, name: str, **options: Any) -> Iterator[Span | None]:
+        if not self.tracing():
+            yield None
+            return
+        with self.tracer.start_as_current_span(name, record_exception=True, **options) as span:
+            yield span
+
+    def operation(self, name: str, attributes: dict[str, Any]) -> _Operation:
+        """A span for one engine call; also makes this telemetry current for strategies."""
+        return _Operation(self, name, attributes)
+
+    @contextlib.contextmanager
+    def strategy(self, name: str, tokens_before: int) -> Iterator[Span | None]:
+        """A child span for one strategy run; an exception is recorded and re-raised."""
+        attributes = {
+            "context_engine.strategy.name": name,
+            "context_engine.tokens_before": tokens_before,
+        }
+        with self._span("context_engine.strategy", attributes=attributes) as span:
+            yield span
+
+    @contextlib.contextmanager
+    def summarizer_call(
+        self, summarizer: object, attributes: dict[str, Any]
+    ) -> Iterator[Span | None]:
+        """A GenAI-convention client span around one summarizer call; counts it and its failure."""
+        model = getattr(summarizer, "model", None)
+        provider = getattr(summarizer, "provider", None) or type(summarizer).__name__
+        attributes = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": str(provider),
+            **({"gen_ai.request.model": str(model)} if model else {}),
+            **attributes,
+        }
+        labels = {"context_engine.summary.kind": attributes.get("context_engine.summary.kind", "")}
+        started = time.perf_counter()
+        try:
+            name = f"chat {model}" if model else "chat"
+            with self._span(name, kind=SpanKind.CLIENT, attributes=attributes) as span:
+                yield span
+        except BaseException:
+            _safely(self.summarizer_failures.add, 1, labels)
+            raise
+        finally:
+            self._llm_seconds += time.perf_counter() - started
+            _safely(self.summarizer_calls.add, 1, labels)
+
+    def rewrite(self, strategy: str, reason: str, tokens_saved: int) -> None:
+        """Count one rewrite and the tokens it saved."""
+        labels = {"context_engine.strategy": strategy, "context_engine.reason": reason}
+        _safely(self.rewrites.add, 1, labels)
+        _safely(self.tokens_saved.record, max(0, tokens_saved), labels)
+
+    def breaker_moved(self, opened: bool) -> None:
+        """Record the breaker opening (a trip) or leaving the open state."""
+        if opened:
+            _safely(self.breaker_trips.add, 1, None)
+        _safely(self.breaker_open.add, 1 if opened else -1, None)
+
+
+class _Operation:
+    """Context manager of one engine call (a class: it runs on every call)."""
+
+    __slots__ = ("_attributes", "_name", "_span_scope", "_started", "_telemetry", "_token")
+
+    def __init__(self, telemetry: Telemetry, name: str, attributes: dict[str, Any]) -> None:
+        self._telemetry = telemetry
+        self._name = name
+        self._attributes = attributes
+        self._span_scope: Any = None
+
+    def __enter__(self) -> Span | None:
+        telemetry = self._telemetry
+        self._token = _current.set(telemetry)
+        telemetry._llm_seconds = 0.0
+        self._started = time.perf_counter()
+        if not telemetry.tracing():
+            return None
+        self._span_scope = telemetry.tracer.start_as_current_span(
+            f"context_engine.{self._name}", attributes=self._attributes, record_exception=True
+        )
+        span: Span = self._span_scope.__enter__()
+        return span
+
+    def __exit__(self, kind: Any, error: Any, trace_back: Any) -> None:
+        telemetry = self._telemetry
+        try:
+            if self._span_scope is not None:
+                self._span_scope.__exit__(kind, error, trace_back)
+        finally:
+            _current.reset(self._token)
+            elapsed = time.perf_counter() - self._started
+            labels = {"context_engine.operation": self._name}
+            _safely(telemetry.duration.record, elapsed, labels)
+            spent = max(0.0, elapsed - telemetry._llm_seconds)
+            _safely(telemetry.engine_duration.record, spent, labels)
+
+
+def mark_error(span: Span | None, error: BaseException) -> None:
+    """Set an error status on ``span`` (the exception itself is recorded by the span)."""
+    if span is None:
+        return
+    with contextlib.suppress(Exception):
+        span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+
+
+def set_attributes(span: Span | None, attributes: dict[str, Any]) -> None:
+    """Set attributes, dropping None values; never raises. No span, nothing to do."""
+    if span is None:
+        return
+    try:
+        span.set_attributes({k: v for k, v in attributes.items() if v is not None})
+    except Exception:
+        logger.debug("telemetry | could not set span attributes", exc_info=True)
+
+
+def _safely(record: Any, value: float, labels: dict[str, str] | None) -> None:
+    try:
+        record(value, labels)
+    except Exception:
+        logger.debug("telemetry | metric recording failed", exc_info=True)

@@ -1,0 +1,225 @@
+"""OpenTelemetry spans and metrics, logging, and prompt-cache prefix tracking."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+from context_engine import CompactionError, ContextEngine, Message
+from context_engine.strategies import FullSummary
+from context_engine.testing import FixedTokenCounter, RecordingSummarizer
+from tests.fakes import Checkpointer, Exploding, ShrinkToolResults, agent_session
+
+
+class Otel:
+    def __init__(self) -> None:
+        self.spans = InMemorySpanExporter()
+        self.tracer_provider = TracerProvider()
+        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.spans))
+        self.reader = InMemoryMetricReader()
+        self.meter_provider = MeterProvider(metric_readers=[self.reader])
+
+    def engine(self, *strategies: Any, **options: Any) -> ContextEngine:
+        return ContextEngine(
+            options.pop("window", 3000),
+            strategies,
+            reserve_tokens=options.pop("reserve_tokens", 1000),
+            token_counter=FixedTokenCounter(),
+            tracer_provider=self.tracer_provider,
+            meter_provider=self.meter_provider,
+            **options,
+        )
+
+    def finished(self, name: str) -> list[Any]:
+        return [s for s in self.spans.get_finished_spans() if s.name == name]
+
+    def metric(self, name: str) -> list[Any]:
+        data = self.reader.get_metrics_data()
+        points = []
+        for resource in data.resource_metrics if data else []:
+            for scope in resource.scope_metrics:
+                for metric in scope.metrics:
+                    if metric.name == name:
+                        points.extend(metric.data.data_points)
+        return points
+
+
+@pytest.fixture
+def otel() -> Otel:
+    return Otel()
+
+
+def children(parent: Any, spans: list[Any]) -> list[Any]:
+    return [s for s in spans if s.parent is not None and s.parent.span_id == parent.context.span_id]
+
+
+async def test_threshold_rewrite_has_an_operation_span_with_strategy_children_and_metrics(
+    otel: Otel,
+) -> None:
+    engine = otel.engine(ShrinkToolResults(), Checkpointer())
+    result = await engine.project(agent_session(120, result_chars=400))
+    (span,) = otel.finished("context_engine.project")
+    assert span.instrumentation_scope.name == "context_engine"
+    attrs = span.attributes
+    assert attrs["context_engine.window"] == 3000
+    assert attrs["context_engine.threshold"] == 2000
+    assert attrs["context_engine.changed"] is True
+    assert attrs["context_engine.committed"] is True
+    assert attrs["context_engine.strategy"] == "full_summary"
+    assert attrs["context_engine.tokens_after"] == result.usage.tokens
+    assert attrs["context_engine.tokens_before"] > attrs["context_engine.tokens_after"]
+    strategy_spans = children(span, otel.finished("context_engine.strategy"))
+    assert [s.attributes["context_engine.strategy.name"] for s in strategy_spans] == [
+        "shrink",
+        "full_summary",
+    ]
+    rewrites = {
+        p.attributes["context_engine.strategy"]: p.value
+        for p in otel.metric("context_engine.rewrites")
+    }
+    assert rewrites == {"shrink": 1, "full_summary": 1}
+    (saved,) = [
+        p
+        for p in otel.metric("context_engine.tokens_saved")
+        if p.attributes["context_engine.strategy"] == "shrink"
+    ]
+    assert saved.count == 1
+    assert saved.sum > 0
+
+
+async def test_manual_compact_span_and_summarizer_child_follow_genai_conventions(
+    otel: Otel,
+) -> None:
+    summarizer = RecordingSummarizer()
+    summarizer.model = "gpt-test"  # type: ignore[attr-defined]
+    engine = otel.engine(FullSummary(summarizer=summarizer), window=200_000, reserve_tokens=None)
+    await engine.compact(agent_session(30), instructions="keep names")
+    (operation,) = otel.finished("context_engine.compact")
+    assert operation.attributes["context_engine.reason"] == "manual"
+    (strategy,) = children(operation, otel.finished("context_engine.strategy"))
+    chats = children(strategy, otel.finished("chat gpt-test"))
+    assert len(chats) == summarizer.calls >= 1
+    chat = chats[0]
+    assert chat.attributes["gen_ai.operation.name"] == "chat"
+    assert chat.attributes["gen_ai.request.model"] == "gpt-test"
+    assert chat.attributes["context_engine.summary.reason"] == "manual"
+    assert sum(p.value for p in otel.metric("context_engine.summarizer.calls")) == summarizer.calls
+    durations = otel.metric("context_engine.operation.duration")
+    engine_only = otel.metric("context_engine.operation.engine_duration")
+    assert durations[0].sum >= engine_only[0].sum
+
+
+async def test_overflow_recovery_span(otel: Otel) -> None:
+    engine = otel.engine(ShrinkToolResults(), window=20_000, reserve_tokens=4096)
+    await engine.recover_overflow(
+        agent_session(40), "prompt is too long: 30000 tokens > 20000 maximum"
+    )
+    (span,) = otel.finished("context_engine.recover_overflow")
+    assert span.attributes["context_engine.reason"] == "overflow"
+    assert span.attributes["context_engine.changed"] is True
+
+
+async def test_strategy_failure_is_recorded_on_its_span_and_the_operation(otel: Otel) -> None:
+    engine = otel.engine(ShrinkToolResults(), Exploding())
+    with pytest.raises(CompactionError):
+        await engine.project(agent_session(120, result_chars=400))
+    (operation,) = otel.finished("context_engine.project")
+    assert operation.status.status_code == StatusCode.ERROR
+    failed = [
+        s
+        for s in otel.finished("context_engine.strategy")
+        if s.attributes["context_engine.strategy.name"] == "exploding"
+    ]
+    assert failed[0].status.status_code == StatusCode.ERROR
+    assert any(e.name == "exception" for e in failed[0].events)
+
+
+async def test_breaker_trip_is_counted_and_its_state_tracked(otel: Otel) -> None:
+    engine = otel.engine(Exploding(uses_llm=False), max_consecutive_failures=1)
+    messages = agent_session(120, result_chars=400)
+    with pytest.raises(CompactionError):
+        await engine.project(messages)
+    assert sum(p.value for p in otel.metric("context_engine.breaker.trips")) == 1
+    assert sum(p.value for p in otel.metric("context_engine.breaker.open")) == 1
+    skipped = await engine.project(messages)
+    assert skipped.event is not None
+    assert skipped.event.reason == "circuit_breaker"
+    assert sum(p.value for p in otel.metric("context_engine.breaker.open")) == 0
+    spans = otel.finished("context_engine.project")
+    assert spans[-1].attributes["context_engine.strategy"] == "circuit_breaker"
+
+
+def test_without_an_sdk_the_engine_runs_and_records_nothing() -> None:
+    engine = ContextEngine(
+        3000, [ShrinkToolResults()], reserve_tokens=1000, token_counter=FixedTokenCounter()
+    )
+    assert engine.project_sync(agent_session(120, result_chars=400)).changed
+
+
+# -- prompt-cache prefix ---------------------------------------------------------------
+
+
+def test_a_growing_transcript_below_the_threshold_keeps_the_prefix_stable() -> None:
+    engine = ContextEngine(10_000_000, token_counter=FixedTokenCounter(), overhead_tokens=100)
+    history = agent_session(10)
+    first = engine.project_sync(history)
+    assert first.usage.prefix_stable is None
+    assert first.usage.prefix_reused_tokens == 0
+    second = engine.project_sync([*history, Message.user("next")])
+    assert second.usage.prefix_stable is True
+    assert (
+        second.usage.prefix_reused_tokens == first.usage.tokens - 3
+    )  # all but the request framing
+
+
+def test_a_rewrite_that_changes_earlier_messages_breaks_the_prefix() -> None:
+    engine = ContextEngine(
+        3000, [ShrinkToolResults()], reserve_tokens=1000, token_counter=FixedTokenCounter()
+    )
+    history = agent_session(5)
+    engine.project_sync(history)
+    grown = history + agent_session(120, result_chars=400)[2:]
+    result = engine.project_sync(grown)
+    assert result.changed
+    assert result.usage.prefix_stable is False
+    assert result.event is not None
+    assert result.event.prefix_stable is False
+    assert 0 < result.usage.prefix_reused_tokens < result.usage.tokens
+
+
+# -- logging ---------------------------------------------------------------------------
+
+
+def test_one_info_line_per_rewrite_and_nothing_at_warning_on_the_happy_path(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    engine = ContextEngine(
+        3000, [ShrinkToolResults()], reserve_tokens=1000, token_counter=FixedTokenCounter()
+    )
+    secret = "TOP-SECRET-CONTENT"
+    messages = [*agent_session(120, result_chars=400), Message.user(secret)]
+    with caplog.at_level(logging.DEBUG, logger="context_engine"):
+        engine.project_sync(messages)
+    info = [r for r in caplog.records if r.levelno == logging.INFO]
+    assert len(info) == 1
+    assert "strategy=<shrink>" in info[0].getMessage()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not [r for r in caplog.records if r.levelno > logging.DEBUG and secret in r.getMessage()]
+
+
+def test_the_callers_current_span_becomes_the_parent_of_the_engine_span(otel: Otel) -> None:
+    tracer = otel.tracer_provider.get_tracer("agent-runtime")
+    engine = otel.engine(ShrinkToolResults())
+    with tracer.start_as_current_span("agent.step") as outer:
+        engine.project_sync(agent_session(120, result_chars=400))
+    (span,) = otel.finished("context_engine.project")
+    assert span.parent is not None
+    assert span.parent.span_id == outer.get_span_context().span_id
