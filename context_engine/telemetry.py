@@ -23,7 +23,7 @@ from typing import Any
 from opentelemetry import metrics, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-__all__ = ["Telemetry", "current_telemetry"]
+__all__ = ["Telemetry", "current_telemetry", "record_model_usage"]
 
 logger = logging.getLogger(__name__)
 
@@ -206,6 +206,27 @@ class _Operation:
             _safely(telemetry.duration.record, elapsed, labels)
             spent = max(0.0, elapsed - telemetry._llm_seconds)
             _safely(telemetry.engine_duration.record, spent, labels)
+
+
+def record_model_usage(
+    input_tokens: object, output_tokens: object, response_model: object = None
+) -> None:
+    """Put a provider's reported usage on the current summarizer span (GenAI conventions).
+
+    Summarizers that talk to a model call this with what the response said; it
+    does nothing when no span is recording.
+    """
+    span = trace.get_current_span()
+    if not span.is_recording():
+        return
+    set_attributes(
+        span,
+        {
+            "gen_ai.usage.input_tokens": input_tokens if isinstance(input_tokens, int) else None,
+            "gen_ai.usage.output_tokens": output_tokens if isinstance(output_tokens, int) else None,
+            "gen_ai.response.model": response_model if isinstance(response_model, str) else None,
+        },
+    )
 
 
 def mark_error(span: Span | None, error: BaseException) -> None:

@@ -223,3 +223,25 @@ def test_the_callers_current_span_becomes_the_parent_of_the_engine_span(otel: Ot
     (span,) = otel.finished("context_engine.project")
     assert span.parent is not None
     assert span.parent.span_id == outer.get_span_context().span_id
+
+
+async def test_a_model_summarizer_reports_provider_usage_on_its_chat_span(otel: Otel) -> None:
+    import openai
+
+    from context_engine.summarize.openai import OpenAISummarizer
+    from tests.summarize.provider_server import ProviderServer, Reply, openai_ok
+
+    server = ProviderServer()
+    server.queue(*[Reply(body=openai_ok("<summary>checkpoint</summary>")) for _ in range(4)])
+    with server.running():
+        client = openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="test", timeout=5)
+        summarizer = OpenAISummarizer(client, "summary-model")
+        engine = otel.engine(
+            FullSummary(summarizer=summarizer), window=200_000, reserve_tokens=None
+        )
+        await engine.compact(agent_session(30))
+        await client.close()
+    (chat, *_) = otel.finished("chat summary-model")
+    assert chat.attributes["gen_ai.usage.input_tokens"] == 100
+    assert chat.attributes["gen_ai.usage.output_tokens"] == 20
+    assert chat.attributes["gen_ai.response.model"] == "summary-model"

@@ -19,6 +19,7 @@ from context_engine.summarize.retry import (
     _check_options,
     summarize_with_retries,
 )
+from context_engine.telemetry import record_model_usage
 
 try:
     import anthropic
@@ -123,6 +124,21 @@ class AnthropicSummarizer:
         return self._answer_text(message)
 
     def _answer_text(self, message: Any) -> str:
+        usage = getattr(message, "usage", None)
+        cached = sum(
+            value
+            for value in (
+                getattr(usage, "cache_read_input_tokens", 0),
+                getattr(usage, "cache_creation_input_tokens", 0),
+            )
+            if isinstance(value, int)
+        )
+        prompt = getattr(usage, "input_tokens", None)
+        record_model_usage(
+            prompt + cached if isinstance(prompt, int) else None,
+            getattr(usage, "output_tokens", None),
+            getattr(message, "model", None),
+        )
         where = f"Anthropic summarizer ({self.model})"
         blocks = getattr(message, "content", None) or []
         text = "".join(block.text for block in blocks if getattr(block, "type", None) == "text")

@@ -22,6 +22,7 @@ from context_engine.summarize.retry import (
     _check_options,
     summarize_with_retries,
 )
+from context_engine.telemetry import record_model_usage
 
 try:
     import openai
@@ -149,6 +150,12 @@ class OpenAISummarizer:
         return self._answer_text(completion)
 
     def _answer_text(self, completion: Any) -> str:
+        usage = getattr(completion, "usage", None)
+        record_model_usage(
+            getattr(usage, "prompt_tokens", None),
+            getattr(usage, "completion_tokens", None),
+            getattr(completion, "model", None),
+        )
         where = f"{self.provider} summarizer ({self.model})"
         choices = getattr(completion, "choices", None) or []
         if not choices:
