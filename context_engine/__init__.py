@@ -11,6 +11,7 @@ from context_engine.errors import (
     ContextEngineError,
     InvalidMessageError,
     SummarizerError,
+    TranscriptFormatError,
 )
 from context_engine.events import ContextUsage, RewriteEvent, RewriteStep, Snapshot, SummaryInfo
 from context_engine.messages import (
@@ -70,6 +71,7 @@ __all__ = [
     "TiktokenCounter",
     "TokenCounter",
     "ToolCall",
+    "TranscriptFormatError",
     "Usage",
     "UsageEstimate",
     "__version__",

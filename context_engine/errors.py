@@ -4,6 +4,7 @@ The tree::
 
     ContextEngineError
     ├── InvalidMessageError (ValueError)        a message breaks the model's rules
+    │   └── TranscriptFormatError               a transcript file cannot be read
     ├── ConfigurationError (ValueError)         a setting cannot work
     ├── BlockingCallInEventLoopError (RuntimeError)
     │                                           a ``*_sync`` twin called inside a running loop
@@ -29,6 +30,7 @@ __all__ = [
     "ContextEngineError",
     "InvalidMessageError",
     "SummarizerError",
+    "TranscriptFormatError",
 ]
 
 
@@ -95,3 +97,27 @@ class CompactionError(ContextEngineError, RuntimeError):
     def should_commit(self) -> bool:
         """Whether the caller should keep ``commit_messages`` as its transcript."""
         return self.commit_messages is not None
+
+
+class TranscriptFormatError(InvalidMessageError):
+    """A transcript file has no shape the readers know, or a line or message in it is malformed.
+
+    Attributes:
+        path: The file, as given.
+        line: The 1-based line of a JSONL file where the problem is, when known.
+        index: Position of the offending message, when known.
+    """
+
+    def __init__(
+        self, message: str, *, path: str, line: int | None = None, index: int | None = None
+    ) -> None:
+        if line is not None:
+            where = f"{path}: line {line}: "
+        elif index is not None:
+            where = f"{path}: message {index}: "
+        else:
+            where = f"{path}: "
+        ContextEngineError.__init__(self, where + message)
+        self.index = index
+        self.path = path
+        self.line = line

@@ -1,0 +1,298 @@
+"""Read transcripts from files of any known shape, and write them back.
+
+`read_transcript` looks at a file and picks its reader:
+
+* ``openai``: a JSON array of Chat Completions message dicts, the same as JSONL
+  (one dict per line), or a JSON object ``{"messages": [...]}``;
+* ``anthropic``: a Messages API body ``{"system": ..., "messages": [...]}``, or
+  message dicts (array or JSONL) whose content holds Anthropic block types
+  (``tool_use``, ``tool_result``, ``thinking``, ``image``, ...);
+* ``codex``: a Codex CLI rollout (JSONL ``{"timestamp", "type", "payload"}`` lines);
+* ``claude-code``: a Claude Code session (JSONL ``user`` / ``assistant`` lines
+  wrapping an Anthropic ``message``).
+
+JSONL files are read line by line. `write_transcript` writes JSONL for
+``openai`` and a JSON body for ``anthropic``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from typing import IO, Any, Final, Literal, TypeAlias
+
+import attrs
+
+from context_engine.errors import ConfigurationError, InvalidMessageError, TranscriptFormatError
+from context_engine.formats._agent_logs import (
+    CODEX_LINE_TYPES,
+    is_claude_code_line,
+    read_claude_code,
+    read_codex,
+)
+from context_engine.formats._anthropic_blocks import ANTHROPIC_BLOCK_TYPES
+from context_engine.formats.anthropic import from_anthropic, to_anthropic
+from context_engine.formats.openai import from_openai, message_to_openai
+from context_engine.messages import Message
+
+__all__ = [
+    "TRANSCRIPT_FORMATS",
+    "Transcript",
+    "TranscriptFormat",
+    "read_transcript",
+    "write_transcript",
+]
+
+TranscriptFormat: TypeAlias = Literal["openai", "anthropic", "claude-code", "codex"]
+TRANSCRIPT_FORMATS: Final[tuple[TranscriptFormat, ...]] = (
+    "openai",
+    "anthropic",
+    "claude-code",
+    "codex",
+)
+"""Every format `read_transcript` detects."""
+
+_CHUNK: Final = 4096
+
+
+def _to_tuple(messages: Iterable[Message]) -> tuple[Message, ...]:
+    return tuple(messages)
+
+
+@attrs.frozen(kw_only=True)
+class Transcript:
+    """A transcript read from a file.
+
+    Attributes:
+        messages: The messages, in file order.
+        format: The shape the file was read as: ``openai``, ``anthropic``,
+            ``claude-code`` or ``codex``.
+        source: The path the file was read from.
+    """
+
+    messages: tuple[Message, ...] = attrs.field(converter=_to_tuple)
+    format: TranscriptFormat
+    source: str
+
+
+class _SwitchToAnthropic(Exception):
+    """A JSONL file read as OpenAI turned out to hold Anthropic blocks."""
+
+
+def read_transcript(path: str | os.PathLike[str]) -> Transcript:
+    """Read a transcript file, detecting its shape.
+
+    Args:
+        path: A JSON or JSONL file (see the module docstring for the shapes).
+
+    Returns:
+        The messages with the detected format and the path as ``source``.
+
+    Raises:
+        TranscriptFormatError: The file is empty, not JSON, of no known shape,
+            or a message in it is malformed; the message names the file and,
+            for JSONL, the line (``.line``), else the message index (``.index``).
+        OSError: The file cannot be opened.
+    """
+    source = os.fspath(path)
+    with open(source, encoding="utf-8") as handle:
+        first = _first_char(handle, source)
+        handle.seek(0)
+        if first == "[":
+            return _read_document(_load(handle, source), source)
+        if first != "{":
+            raise TranscriptFormatError(
+                f"is neither JSON nor JSONL (it starts with {first!r})", path=source
+            )
+        number, line = next((n, text) for n, text in enumerate(handle, 1) if text.strip())
+        try:
+            head = json.loads(line)
+        except json.JSONDecodeError:  # a JSON document spread over several lines
+            handle.seek(0)
+            return _read_document(_load(handle, source), source)
+        more = any(text.strip() for text in handle)
+        if not more and isinstance(head, dict) and _line_kind(head) is None:
+            return _read_document(head, source)
+        handle.seek(0)
+        return _read_jsonl(handle, source, head, number)
+
+
+def _first_char(handle: IO[str], source: str) -> str:
+    while chunk := handle.read(_CHUNK):
+        stripped = chunk.lstrip()
+        if stripped:
+            return stripped[0]
+    raise TranscriptFormatError("is empty", path=source)
+
+
+def _load(handle: IO[str], source: str) -> Any:
+    try:
+        return json.load(handle)
+    except json.JSONDecodeError as exc:
+        raise TranscriptFormatError(
+            f"is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})",
+            path=source,
+        ) from None
+
+
+def _is_anthropic_message(obj: object) -> bool:
+    content = obj.get("content") if isinstance(obj, Mapping) else None
+    return isinstance(content, list) and any(
+        isinstance(block, Mapping) and block.get("type") in ANTHROPIC_BLOCK_TYPES
+        for block in content
+    )
+
+
+def _bare(exc: InvalidMessageError) -> str:
+    text = str(exc)
+    prefix = f"message {exc.index}: "
+    return text[len(prefix) :] if exc.index is not None and text.startswith(prefix) else text
+
+
+def _read_document(data: object, source: str) -> Transcript:
+    if isinstance(data, Mapping):
+        if not isinstance(data.get("messages"), list):
+            raise TranscriptFormatError(
+                "is a JSON object without a 'messages' list; expected a chat request body",
+                path=source,
+            )
+        messages: list[Any] = data["messages"]
+    elif isinstance(data, list):
+        messages = data
+    else:
+        raise TranscriptFormatError(
+            f"holds a JSON {type(data).__name__}; expected a list of messages or a body",
+            path=source,
+        )
+    anthropic = isinstance(data, Mapping) and data.get("system") is not None
+    anthropic = anthropic or any(_is_anthropic_message(m) for m in messages)
+    try:
+        if anthropic:
+            body: Any = data if isinstance(data, Mapping) else messages
+            return Transcript(messages=from_anthropic(body), format="anthropic", source=source)
+        return Transcript(messages=from_openai(messages), format="openai", source=source)
+    except InvalidMessageError as exc:
+        raise TranscriptFormatError(_bare(exc), path=source, index=exc.index) from None
+
+
+# ------------------------------------------------------------------ JSONL
+
+
+def _lines(handle: IO[str], source: str) -> Iterator[tuple[int, Any]]:
+    for number, text in enumerate(handle, 1):
+        if not text.strip():
+            continue
+        try:
+            yield number, json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise TranscriptFormatError(
+                f"is not valid JSON: {exc.msg} (column {exc.colno})", path=source, line=number
+            ) from None
+
+
+def _objects(handle: IO[str], source: str) -> Iterator[tuple[int, Mapping[str, Any]]]:
+    for number, obj in _lines(handle, source):
+        if not isinstance(obj, Mapping):
+            raise TranscriptFormatError(
+                f"holds a JSON {type(obj).__name__}; expected an object", path=source, line=number
+            )
+        yield number, obj
+
+
+def _read_jsonl(handle: IO[str], source: str, head: object, number: int) -> Transcript:
+    def fail(line: int, problem: str) -> Exception:
+        return TranscriptFormatError(problem, path=source, line=line)
+
+    if not isinstance(head, Mapping):
+        raise fail(number, f"holds a JSON {type(head).__name__}; expected an object")
+    kind = _line_kind(head)
+    if kind == "chat":
+        return _read_chat_lines(handle, source)
+    if kind == "codex":
+        messages = read_codex(_objects(handle, source), fail)
+        return Transcript(messages=messages, format="codex", source=source)
+    if kind == "claude-code":
+        messages = read_claude_code(_objects(handle, source), fail)
+        return Transcript(messages=messages, format="claude-code", source=source)
+    if "messages" in head:
+        raise fail(number, "holds a whole request body; a JSONL transcript has one message a line")
+    raise fail(
+        number,
+        "is not a chat message (no 'role'), a Claude Code session line or a Codex rollout line",
+    )
+
+
+def _line_kind(head: Mapping[str, Any]) -> str | None:
+    """What the first record of a JSONL file says the file is, if anything."""
+    if "messages" in head:
+        return None
+    if "role" in head:
+        return "chat"
+    if head.get("type") in CODEX_LINE_TYPES and "payload" in head:
+        return "codex"
+    return "claude-code" if is_claude_code_line(head) else None
+
+
+def _read_chat_lines(handle: IO[str], source: str) -> Transcript:
+    try:
+        return _convert_lines(handle, source, "openai")
+    except _SwitchToAnthropic:
+        handle.seek(0)
+        return _convert_lines(handle, source, "anthropic")
+
+
+def _convert_lines(handle: IO[str], source: str, kind: TranscriptFormat) -> Transcript:
+    numbers: list[int] = []
+
+    def dicts() -> Iterator[Any]:
+        for number, obj in _lines(handle, source):
+            if kind == "openai" and _is_anthropic_message(obj):
+                raise _SwitchToAnthropic
+            numbers.append(number)
+            yield obj
+
+    try:
+        messages = from_openai(dicts()) if kind == "openai" else from_anthropic(dicts())
+    except TranscriptFormatError:
+        raise
+    except InvalidMessageError as exc:
+        line = numbers[exc.index] if exc.index is not None else None
+        raise TranscriptFormatError(_bare(exc), path=source, line=line) from None
+    return Transcript(messages=messages, format=kind, source=source)
+
+
+# ------------------------------------------------------------------ writing
+
+
+def write_transcript(
+    path: str | os.PathLike[str],
+    messages: Iterable[Message],
+    format: Literal["openai", "anthropic"] = "openai",
+) -> None:
+    """Write messages to a file that `read_transcript` reads back.
+
+    Args:
+        path: The file; it is created or replaced.
+        messages: The messages, in transcript order.
+        format: ``openai`` writes JSONL, one Chat Completions dict a line, message
+            by message; ``anthropic`` writes a Messages API body as indented JSON.
+
+    Raises:
+        ConfigurationError: ``format`` is neither ``openai`` nor ``anthropic``.
+        InvalidMessageError: A message cannot be written in that format.
+    """
+    if format not in ("openai", "anthropic"):
+        raise ConfigurationError(
+            f"write_transcript format must be 'openai' or 'anthropic', got {format!r}"
+        )
+    if format == "anthropic":
+        body = to_anthropic(messages)
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump(body, handle, ensure_ascii=False, indent=2)
+            handle.write("\n")
+        return
+    with open(path, "w", encoding="utf-8") as handle:
+        for index, message in enumerate(messages):
+            line = json.dumps(message_to_openai(message, index=index), ensure_ascii=False)
+            handle.write(line + "\n")
