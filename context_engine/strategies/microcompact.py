@@ -67,6 +67,13 @@ def _callable(instance: object, attribute: attrs.Attribute[Any], value: object) 
         )
 
 
+def _share(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 1:
+        raise ConfigurationError(
+            f"{type(instance).__name__}.{attribute.name} must be a share in [0, 1), got {value!r}"
+        )
+
+
 def _placeholder_text(instance: object, attribute: attrs.Attribute[str], value: str) -> None:
     if not isinstance(value, str) or not value.strip():
         raise ConfigurationError(
@@ -171,6 +178,14 @@ class ToolResultMicrocompact:
     before that the provider's prompt cache is likely warm, and rewriting the
     prefix would throw it away. Without a timestamp on that message (or without
     an assistant message) the cache is taken as cold."""
+    clearing_step: float = attrs.field(default=0.1, validator=_share)
+    """Clear in steps of this share of the threshold (0 clears exactly enough).
+
+    The engine rebuilds the view from the transcript on every call; clearing
+    exactly enough would move the cleared boundary by a result or two on every
+    call and change the prompt prefix each time, so the provider's prompt
+    cache would never hit. Rounding the tokens to save up to a step keeps the
+    same results cleared for many calls."""
     clock: Callable[[], _dt.datetime] = attrs.field(default=_utcnow, validator=_callable)
     """Returns the current time; naive datetimes (here and in timestamps) are taken as UTC."""
     name: str = attrs.field(default="tool_result_microcompact", init=False)
@@ -193,8 +208,9 @@ class ToolResultMicrocompact:
         messages = list(view)
         replaced: list[Message] = []
         saved = 0
+        goal = self._tokens_to_save(budget)
         for index, call in self._candidates(view, counter):
-            if budget.tokens - saved <= budget.threshold:
+            if saved >= goal:
                 break
             original = view[index]
             cleared = self.clear(call, original)
@@ -213,6 +229,14 @@ class ToolResultMicrocompact:
         return StrategyResult(
             messages=messages, applied=True, tokens_saved=saved, replaced=replaced
         )
+
+    def _tokens_to_save(self, budget: Budget) -> int:
+        """The excess over the threshold, rounded up to a whole clearing step."""
+        excess = budget.tokens - budget.threshold
+        step = int(self.clearing_step * budget.threshold)
+        if step <= 0:
+            return excess
+        return -(-excess // step) * step
 
     def candidates(self, view: Sequence[Message], counter: TokenCounter) -> tuple[int, ...]:
         """Indices of the results this strategy may clear, in clearing order (oldest first)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import itertools
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -427,7 +428,8 @@ async def test_stops_as_soon_as_the_view_fits(counter: FixedTokenCounter) -> Non
         ToolResultMicrocompact().clear(None, view[3])
     )
     threshold = measure(view) - 2 * per_clear  # two clears are exactly enough
-    result = await run(ToolResultMicrocompact(keep_recent=1), view, counter, threshold)
+    strategy = ToolResultMicrocompact(keep_recent=1, clearing_step=0)
+    result = await run(strategy, view, counter, threshold)
     assert cleared(result.messages) == result_indices(view)[:2]
     assert result.tokens_saved == 2 * per_clear
     assert measure(result.messages) <= threshold
@@ -503,3 +505,32 @@ async def test_corpus_views_keep_invariants_and_are_stable(
     second = await run(strategy, first.messages, counter, threshold=0)
     assert not second.applied
     assert second.messages == first.messages
+
+
+async def test_clears_in_steps_so_the_cleared_boundary_stays_put_as_the_session_grows(
+    counter: FixedTokenCounter,
+) -> None:
+    """A stable prefix is what a provider's prompt cache reuses between calls."""
+    strategy = ToolResultMicrocompact(keep_recent=1)
+    base = session(reads(30))
+    threshold = measure_with(counter)(base) * 2 // 3
+    boundaries = []
+    for extra in range(8):
+        view = session(reads(30 + extra))
+        result = await run(strategy, view, counter, threshold)
+        assert measure_with(counter)(result.messages) <= threshold
+        boundaries.append(tuple(cleared(result.messages)))
+    changes = sum(1 for a, b in itertools.pairwise(boundaries) if a != b)
+    exact = ToolResultMicrocompact(keep_recent=1, clearing_step=0)
+    exact_boundaries = [
+        tuple(cleared((await run(exact, session(reads(30 + e)), counter, threshold)).messages))
+        for e in range(8)
+    ]
+    exact_changes = sum(1 for a, b in itertools.pairwise(exact_boundaries) if a != b)
+    assert exact_changes == 7  # exactly enough moves the boundary on every call
+    assert changes <= exact_changes // 2
+
+
+def test_clearing_step_must_be_a_share() -> None:
+    with pytest.raises(ConfigurationError, match="clearing_step"):
+        ToolResultMicrocompact(clearing_step=1.5)

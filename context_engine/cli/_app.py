@@ -1,0 +1,256 @@
+"""The ``context-engine`` argument parser and entry point."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+
+from context_engine.cli._commands import run_compact, run_demo, run_inspect, run_replay
+from context_engine.cli._common import DEFAULT_STRATEGIES, EXIT_USAGE, CliError
+from context_engine.cli._output import Output
+from context_engine.errors import ConfigurationError
+from context_engine.tokens import DEFAULT_ENCODING
+
+__all__ = ["build_parser", "main"]
+
+_EPILOG = """\
+exit codes:
+  0  ok
+  1  the transcript does not fit, or the replay found problems
+  2  bad usage or unreadable input
+
+Transcripts are read with context_engine.formats.readers.read_transcript:
+OpenAI Chat Completions messages (JSON or JSONL), Anthropic Messages API
+bodies, Claude Code sessions and Codex rollouts.
+"""
+
+_SUMMARIZER_HELP = (
+    "who writes checkpoints: 'extractive' (offline, no model; the default), "
+    "'openai:MODEL' (OPENAI_API_KEY, OPENAI_BASE_URL) or 'anthropic:MODEL' (ANTHROPIC_API_KEY)"
+)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text.replace("_", "").replace(",", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of tokens, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
+def _common() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "-q", "--quiet", action="store_true", help="print nothing but errors (the exit code tells)"
+    )
+    common.add_argument(
+        "--encoding",
+        default=DEFAULT_ENCODING,
+        metavar="E",
+        help=f"tiktoken encoding used to count tokens (default {DEFAULT_ENCODING})",
+    )
+    return common
+
+
+def _json_option(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        metavar="PATH",
+        help=f"write {what} as JSON to PATH; without PATH (or '-') print it on stdout "
+        "instead of the tables",
+    )
+
+
+def _add_inspect(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser(
+        "inspect",
+        parents=[_common()],
+        help="where a transcript's tokens go, and what the engine would do",
+        description="Show where a transcript's tokens go (by role, by tool, largest messages, "
+        "provider usage anchors), whether it fits the window with the default reserve, and "
+        "what ContextEngine.default(window) would do with it. Exit 1 when it does not fit.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("file", metavar="FILE", help="the transcript")
+    parser.add_argument(
+        "--window",
+        type=_positive_int,
+        default=128_000,
+        metavar="N",
+        help="context window in tokens (default 128000)",
+    )
+    parser.add_argument(
+        "--top",
+        type=_positive_int,
+        default=10,
+        metavar="N",
+        help="how many of the largest messages to list (default 10)",
+    )
+    _json_option(parser, "the report")
+    parser.set_defaults(handler=run_inspect)
+
+
+def _add_compact(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser(
+        "compact",
+        parents=[_common()],
+        help="compact a transcript once, as /compact does",
+        description="Run one forced compaction (ContextEngine.compact) and write the messages "
+        "to commit. Exit 1 when the result is still above the threshold or the summarizer "
+        "failed.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("file", metavar="FILE", help="the transcript")
+    parser.add_argument(
+        "--window",
+        type=_positive_int,
+        required=True,
+        metavar="N",
+        help="context window in tokens",
+    )
+    parser.add_argument("--summarizer", default="extractive", metavar="SPEC", help=_SUMMARIZER_HELP)
+    parser.add_argument(
+        "--instructions", metavar="TEXT", help="what the checkpoint should focus on"
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        metavar="OUT",
+        help="where to write the compacted transcript (default FILE's name + .compacted.jsonl, "
+        "or .compacted.json for anthropic)",
+    )
+    parser.add_argument(
+        "--format",
+        choices=("openai", "anthropic"),
+        help="format of OUT (default: the input's format when it is one of these, else openai)",
+    )
+    _json_option(parser, "the result and its rewrite event")
+    parser.set_defaults(handler=run_compact)
+
+
+def _add_replay_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--html", metavar="PATH", help="write a self-contained HTML report (chart and tables)"
+    )
+    _json_option(parser, "every call, rewrite, total and problem")
+
+
+def _add_replay(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser(
+        "replay",
+        parents=[_common()],
+        help="replay a transcript through the engine call by call",
+        description="Feed the transcript to the engine as an agent loop would: project before "
+        "each assistant message, commit checkpoints, recover views above the window. Report "
+        "tokens per call with and without the engine, every rewrite, summarizer calls, prompt "
+        "prefix reuse and breaker trips. Exit 1 when a view broke an invariant, stayed above "
+        "the window, or a pipeline failed.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("file", metavar="FILE", help="the transcript")
+    parser.add_argument(
+        "--window",
+        type=_positive_int,
+        required=True,
+        metavar="N",
+        help="context window in tokens",
+    )
+    parser.add_argument(
+        "--reserve",
+        type=_positive_int,
+        metavar="N",
+        help="head-room for the answer in tokens (default clamp(0.13 x window, 4096, 16384))",
+    )
+    parser.add_argument(
+        "--strategies",
+        default=DEFAULT_STRATEGIES,
+        metavar="LIST",
+        help=f"comma-separated pipeline, in order (default {DEFAULT_STRATEGIES})",
+    )
+    parser.add_argument("--summarizer", default="extractive", metavar="SPEC", help=_SUMMARIZER_HELP)
+    _add_replay_options(parser)
+    parser.set_defaults(handler=run_replay)
+
+
+def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser(
+        "demo",
+        parents=[_common()],
+        help="replay a generated long coding-agent session and write report.html",
+        description="Write a deterministic synthetic coding-agent session (large tool outputs, "
+        "repeated reads, a failing then passing test run, CJK text) as DIR/demo-session.jsonl, "
+        "replay it with the extractive summarizer at a window that forces several checkpoints, "
+        "print the session table and write DIR/report.html.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--out", default=".", metavar="DIR", help="directory for the files (default: .)"
+    )
+    parser.add_argument(
+        "--steps",
+        type=_positive_int,
+        default=400,
+        metavar="N",
+        help="tool steps in the session (default 400)",
+    )
+    parser.add_argument(
+        "--window",
+        type=_positive_int,
+        metavar="N",
+        help="context window (default clamp(30 x steps, 8192, 16000))",
+    )
+    _add_replay_options(parser)
+    parser.set_defaults(handler=run_demo)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``context-engine``."""
+    parser = argparse.ArgumentParser(
+        prog="context-engine",
+        description="Inspect, compact and replay agent transcripts with context-engine.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    from context_engine import __version__
+
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for add in (_add_inspect, _add_compact, _add_replay, _add_demo):
+        add(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``context-engine`` with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Callable[[argparse.Namespace, Output], int] | None = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    out = Output(quiet=args.quiet or getattr(args, "json", None) == "-")
+    logger = logging.getLogger("context_engine")
+    level = logger.level
+    log_handler = logging.StreamHandler(out.stderr)
+    log_handler.setFormatter(logging.Formatter("context-engine: %(levelname)s: %(message)s"))
+    log_handler.setLevel(logging.ERROR if args.quiet else logging.WARNING)
+    logger.addHandler(log_handler)
+    logger.setLevel(logging.WARNING)
+    try:
+        return handler(args, out)
+    except (CliError, ConfigurationError) as exc:
+        out.error(str(exc))
+        return EXIT_USAGE
+    finally:
+        logger.removeHandler(log_handler)
+        logger.setLevel(level)

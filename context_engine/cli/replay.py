@@ -1,0 +1,397 @@
+"""Replay a transcript through the engine the way an agent loop would, and measure it.
+
+Before each assistant message (each LLM call the session made) the messages
+so far are projected. The running transcript is what the agent would hold:
+the view committed after a checkpoint or an overflow recovery, plus the
+messages that came after. A view above the *window* (not the threshold) is
+what a provider would reject: it is recovered with ``recover_overflow`` and
+the result committed, as an agent would after a "prompt too long" error.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from context_engine.cli._common import CountingSummarizer, build_strategies
+from context_engine.engine import ContextEngine
+from context_engine.errors import CompactionError
+from context_engine.events import RewriteEvent
+from context_engine.invariants import check_view
+from context_engine.messages import Message
+from context_engine.summarize.request import Summarizer
+from context_engine.tokens import DEFAULT_ENCODING, TokenCounter, estimate_from_counts
+
+__all__ = ["CallRecord", "ReplayReport", "ReplayTotals", "RewriteRecord", "replay"]
+
+ProgressFn = Callable[[int, int], None]
+ViewCheck = Callable[[Sequence[Message], Sequence[Message]], None]
+
+
+@attrs.frozen(kw_only=True)
+class CallRecord:
+    """One LLM call of the replayed session.
+
+    Attributes:
+        call: Call number, from 1.
+        step: Index in the original transcript of the assistant message the call produced.
+        messages: Messages in the view sent.
+        tokens: Prompt tokens sent with the engine.
+        tokens_without: Prompt tokens the whole history up to this call would have taken.
+        prefix_reused: The previous call's prompt is a prefix of this one (a
+            provider's prompt cache can reuse it).
+        strategy: The last strategy that rewrote this call's view, or None.
+        overflow: The view was above the window and went through ``recover_overflow``.
+    """
+
+    call: int
+    step: int
+    messages: int
+    tokens: int
+    tokens_without: int
+    prefix_reused: bool
+    strategy: str | None = None
+    overflow: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class RewriteRecord:
+    """One `RewriteEvent` the engine reported during the replay.
+
+    Attributes:
+        call: The call it happened before.
+        step: That call's index in the original transcript.
+        reason: ``threshold``, ``overflow`` or ``circuit_breaker``.
+        strategy: The last strategy that applied.
+        changed: Whether the view changed.
+        committed: Whether the running transcript was replaced by the view.
+        tokens_before: Tokens of the engine's input.
+        tokens_after: Tokens of the view.
+        strategies_tried: ``name`` for each strategy run, ``name*`` when it applied.
+        futile: The untouchable part alone was above the target.
+    """
+
+    call: int
+    step: int
+    reason: str
+    strategy: str
+    changed: bool
+    committed: bool
+    tokens_before: int
+    tokens_after: int
+    strategies_tried: tuple[str, ...] = ()
+    futile: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class ReplayTotals:
+    """Sums over the rows of a `ReplayReport` (and the summarizer's call count).
+
+    Attributes:
+        calls: LLM calls replayed.
+        tokens: Prompt tokens sent with the engine, all calls.
+        tokens_without: Prompt tokens without the engine, all calls.
+        max_tokens: The largest prompt sent with the engine.
+        rewrites: Rewrite events that changed the view.
+        commits: Of those, the ones committed to the running transcript.
+        overflows: Calls whose view was above the window.
+        over_window: Calls still above the window after recovery.
+        prefix_reused: Calls whose prompt extends the previous call's prompt.
+        prefix_reuse_share: ``prefix_reused / (calls - 1)`` (the first call has no previous).
+        breaker_trips: ``on_project`` events with reason ``circuit_breaker``.
+        failures: Calls whose pipeline raised.
+        summarizer_calls: Calls made to the summarizer.
+    """
+
+    calls: int
+    tokens: int
+    tokens_without: int
+    max_tokens: int
+    rewrites: int
+    commits: int
+    overflows: int
+    over_window: int
+    prefix_reused: int
+    prefix_reuse_share: float
+    breaker_trips: int
+    failures: int
+    summarizer_calls: int
+
+
+@attrs.frozen(kw_only=True)
+class ReplayReport:
+    """Everything a replay measured.
+
+    Attributes:
+        source: Where the transcript came from.
+        window: The context window.
+        reserve: The reserve in tokens.
+        threshold: ``window - reserve``.
+        strategies: The pipeline, by name.
+        summarizer: How checkpoints were written (``none`` without a summary strategy).
+        messages: Messages in the original transcript.
+        duration: Wall time of the replay in seconds.
+        calls: One row per LLM call.
+        rewrites: One row per rewrite event.
+        totals: Sums over the rows.
+        problems: Invariant violations, calls above the window, pipeline failures.
+    """
+
+    source: str
+    window: int
+    reserve: int
+    threshold: int
+    strategies: tuple[str, ...]
+    summarizer: str
+    messages: int
+    duration: float
+    calls: tuple[CallRecord, ...]
+    rewrites: tuple[RewriteRecord, ...]
+    totals: ReplayTotals
+    problems: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as JSON-ready data."""
+        data: dict[str, Any] = attrs.asdict(self)
+        data["duration"] = round(self.duration, 3)
+        return data
+
+
+def _is_prefix(previous: Sequence[Message] | None, view: Sequence[Message]) -> bool:
+    return (
+        previous is not None
+        and len(previous) <= len(view)
+        and tuple(view[: len(previous)]) == tuple(previous)
+    )
+
+
+def _overflow_error(tokens: int, window: int) -> str:
+    return (
+        f"simulated provider error: this model's maximum context length is {window} tokens, "
+        f"but the prompt has {tokens} tokens"
+    )
+
+
+def _record(event: RewriteEvent, call: int, step: int) -> RewriteRecord:
+    return RewriteRecord(
+        call=call,
+        step=step,
+        reason=event.reason,
+        strategy=event.strategy,
+        changed=event.changed,
+        committed=event.committed,
+        tokens_before=event.tokens_before,
+        tokens_after=event.tokens_after,
+        strategies_tried=tuple(f"{s.name}{'*' if s.applied else ''}" for s in event.steps),
+        futile=event.futile,
+    )
+
+
+@attrs.define
+class _Run:
+    """The mutable state of one replay."""
+
+    engine: ContextEngine
+    original: tuple[Message, ...]
+    check: ViewCheck | None
+    running: list[Message] = attrs.Factory(list)
+    events: list[RewriteEvent] = attrs.Factory(list)
+    calls: list[CallRecord] = attrs.Factory(list)
+    rewrites: list[RewriteRecord] = attrs.Factory(list)
+    problems: list[str] = attrs.Factory(list)
+    previous: tuple[Message, ...] | None = None
+    failures: int = 0
+
+    def call(self, step: int, tokens_without: int) -> None:
+        """Project the running transcript for the call that produced message ``step``."""
+        number = len(self.calls) + 1
+        where = f"call {number} (message {step})"
+        view, tokens = self._project(where)
+        overflow = tokens > self.engine.context_window
+        if overflow:
+            view, tokens = self._recover(where, tokens)
+            if tokens > self.engine.context_window:
+                self.problems.append(
+                    f"{where}: {tokens} tokens sent, above the {self.engine.context_window} window"
+                )
+        rewritten = [_record(e, number, step) for e in self.events]
+        self.events.clear()
+        self.rewrites.extend(rewritten)
+        changed = [r.strategy for r in rewritten if r.changed]
+        self.calls.append(
+            CallRecord(
+                call=number,
+                step=step,
+                messages=len(view),
+                tokens=tokens,
+                tokens_without=tokens_without,
+                prefix_reused=_is_prefix(self.previous, view),
+                strategy=changed[-1] if changed else None,
+                overflow=overflow,
+            )
+        )
+        self.previous = view
+
+    def _project(self, where: str) -> tuple[tuple[Message, ...], int]:
+        given = tuple(self.running)
+        try:
+            projection = self.engine.project_sync(given)
+        except CompactionError as exc:
+            self.failures += 1
+            self.problems.append(f"{where}: {exc}")
+            view, commit = tuple(exc.view), exc.commit_messages
+            tokens = self.engine.estimate(view).tokens
+        else:
+            view, tokens = projection.messages, projection.usage.tokens
+            commit = projection.commit_messages if projection.should_commit else None
+        self._verify(where, given, view)
+        if commit is not None:
+            self.running = list(commit)
+        return view, tokens
+
+    def _recover(self, where: str, tokens: int) -> tuple[tuple[Message, ...], int]:
+        given = tuple(self.running)
+        error = _overflow_error(tokens, self.engine.context_window)
+        try:
+            recovery = self.engine.recover_overflow_sync(given, error)
+        except CompactionError as exc:
+            self.failures += 1
+            self.problems.append(f"{where}: overflow recovery failed: {exc}")
+            view = tuple(exc.view)
+            return view, self.engine.estimate(view).tokens
+        self._verify(where, given, recovery.messages)
+        if recovery.should_commit and recovery.commit_messages is not None:
+            self.running = list(recovery.commit_messages)
+        return recovery.messages, recovery.usage.tokens
+
+    def _verify(self, where: str, given: tuple[Message, ...], view: Sequence[Message]) -> None:
+        for problem in check_view(given, view):
+            self.problems.append(f"{where}: {problem}")
+        if self.check is not None:
+            self.check(given, view)
+
+
+def replay(
+    messages: Sequence[Message],
+    *,
+    window: int,
+    reserve: int | None = None,
+    strategies: Sequence[str] = ("tool_result_microcompact", "light_trim", "hard_truncate"),
+    summarizer: Summarizer | None = None,
+    summarizer_label: str = "none",
+    encoding: str = DEFAULT_ENCODING,
+    token_counter: TokenCounter | None = None,
+    source: str = "<memory>",
+    progress: ProgressFn | None = None,
+    check: ViewCheck | None = None,
+) -> ReplayReport:
+    """Replay ``messages`` through a fresh engine, one LLM call per assistant message.
+
+    Args:
+        messages: The recorded session.
+        window: The context window to simulate.
+        reserve: Reserve in tokens; None for the engine's default.
+        strategies: Strategy names (as `parse_strategies` returns them), in order.
+        summarizer: Writes checkpoints for ``full_summary``; its calls are counted.
+        summarizer_label: How to name the summarizer in the report.
+        encoding: tiktoken encoding of the engine's counter.
+        token_counter: A counter to use instead of ``encoding``'s.
+        source: Where the transcript came from, for the report.
+        progress: Called with ``(calls done, calls in all)`` after each call.
+        check: Called with ``(engine input, view)`` for every view, for extra checks.
+
+    Raises:
+        CliError: ``full_summary`` is listed without a summarizer.
+        ConfigurationError: the window or reserve cannot work.
+    """
+    started = time.perf_counter()
+    counting = CountingSummarizer(summarizer) if summarizer is not None else None
+    events: list[RewriteEvent] = []
+    engine = ContextEngine(
+        window,
+        build_strategies(strategies, counting),
+        reserve_tokens=reserve,
+        encoding=encoding,
+        token_counter=token_counter,
+        on_project=events.append,
+        on_recover=events.append,
+    )
+    run = _Run(engine=engine, original=tuple(messages), check=check, events=events)
+    _drive(run, progress)
+    return _report(
+        run,
+        source=source,
+        strategies=tuple(strategies),
+        summarizer=summarizer_label if counting is not None else "none",
+        summarizer_calls=counting.calls if counting is not None else 0,
+        duration=time.perf_counter() - started,
+    )
+
+
+def _drive(run: _Run, progress: ProgressFn | None) -> None:
+    original = run.original
+    counter = run.engine.counter
+    total = sum(1 for i, m in enumerate(original) if i and m.role == "assistant")
+    cumulative = [0]
+    anchor = -1
+    for index, message in enumerate(original):
+        if index and message.role == "assistant":
+            without = estimate_from_counts(
+                original[:index],
+                cumulative,
+                anchor,
+                overhead_tokens=run.engine.overhead_tokens,
+            ).tokens
+            run.call(index, without)
+            if progress is not None:
+                progress(len(run.calls), total)
+        run.running.append(message)
+        cumulative.append(cumulative[-1] + counter.count_message(message))
+        if message.role == "assistant" and message.usage is not None:
+            anchor = index
+
+
+def _report(
+    run: _Run,
+    *,
+    source: str,
+    strategies: tuple[str, ...],
+    summarizer: str,
+    summarizer_calls: int,
+    duration: float,
+) -> ReplayReport:
+    calls, rewrites = tuple(run.calls), tuple(run.rewrites)
+    reused = sum(c.prefix_reused for c in calls)
+    window = run.engine.context_window
+    totals = ReplayTotals(
+        calls=len(calls),
+        tokens=sum(c.tokens for c in calls),
+        tokens_without=sum(c.tokens_without for c in calls),
+        max_tokens=max((c.tokens for c in calls), default=0),
+        rewrites=sum(r.changed for r in rewrites),
+        commits=sum(r.committed for r in rewrites),
+        overflows=sum(c.overflow for c in calls),
+        over_window=sum(c.tokens > window for c in calls),
+        prefix_reused=reused,
+        prefix_reuse_share=reused / (len(calls) - 1) if len(calls) > 1 else 0.0,
+        breaker_trips=sum(r.reason == "circuit_breaker" for r in rewrites),
+        failures=run.failures,
+        summarizer_calls=summarizer_calls,
+    )
+    return ReplayReport(
+        source=source,
+        window=window,
+        reserve=run.engine.reserve_tokens,
+        threshold=run.engine.threshold,
+        strategies=strategies,
+        summarizer=summarizer,
+        messages=len(run.original),
+        duration=duration,
+        calls=calls,
+        rewrites=rewrites,
+        totals=totals,
+        problems=tuple(run.problems),
+    )
