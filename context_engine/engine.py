@@ -406,6 +406,9 @@ class ContextEngine:
         if estimate.tokens <= self.threshold:
             usage = self._remember("baseline", transcript, estimate)
             return Projection(messages=transcript, usage=usage, changed=False)
+        extended = self._extend_last_view(transcript, estimate)
+        if extended is not None:
+            return extended
         floor = self._meter.floor_tokens(transcript, estimate, self.threshold)
         futile = floor > self.threshold
         allow_llm = not futile and self._grown_since_stall(estimate.tokens)
@@ -425,6 +428,36 @@ class ContextEngine:
         if outcome.tokens > self.threshold and allow_llm:
             self._stalled_at = estimate.tokens
         return await self._finish_projection(transcript, estimate, outcome, futile, floor)
+
+    def _extend_last_view(
+        self, transcript: tuple[Message, ...], estimate: UsageEstimate
+    ) -> Projection | None:
+        """The last projected view with the new messages appended, when that still fits.
+
+        An agent loop appends to the transcript the engine just projected. Sending
+        the previous view plus the new messages keeps the prompt's prefix unchanged
+        (a provider's prompt cache reuses it) and runs no strategy at all; the
+        pipeline runs again only once the extended view no longer fits.
+        """
+        last = self._last
+        if last is None or last.scope != "projected" or last.outcome is None:
+            return None
+        known = len(last.input)
+        if len(transcript) <= known or transcript[:known] != last.input:
+            return None
+        view = last.view + transcript[known:]
+        tokens = self._meter.measurer(transcript, estimate)(view)
+        if tokens > self.threshold:
+            return None
+        outcome = last.outcome
+        view_estimate = UsageEstimate(tokens, 0, tokens, -1)
+        usage = self._remember("projected", view, view_estimate, outcome, (transcript, estimate))
+        return Projection(
+            messages=view,
+            usage=usage,
+            changed=True,
+            strategy=outcome.applied[-1] if outcome.applied else None,
+        )
 
     def _breaker_success(self) -> None:
         if self.breaker.state == "open":

@@ -717,3 +717,39 @@ def test_appending_one_message_to_a_long_history_only_counts_that_message(rebuil
         result.usage.tokens
         == FixedTokenCounter().count_message(grown[-1]) + engine.estimate(history).tokens
     )
+
+
+async def test_a_growing_transcript_reuses_the_last_view_while_it_still_fits() -> None:
+    """The previous view plus the new messages: same prompt prefix, no strategy run."""
+    shrink = ShrinkToolResults()
+    events: list[RewriteEvent] = []
+    engine = engine_with(shrink, window=3000, reserve_tokens=1000, on_project=events.append)
+    transcript = agent_session(40, result_chars=400)
+    first = await engine.project(transcript)
+    assert first.changed
+    assert shrink.calls == 1
+    assert len(events) == 1
+    view = first.messages
+    for step in range(3):
+        transcript = [*transcript, Message.user(f"and also step {step}")]
+        result = await engine.project(transcript)
+        assert result.messages[: len(view)] == view
+        assert result.messages[-1] is transcript[-1]
+        assert result.usage.prefix_stable is True
+        assert result.event is None
+        assert check_view(transcript, result.messages) == []
+        view = result.messages
+    assert shrink.calls == 1
+    assert len(events) == 1
+
+
+async def test_the_pipeline_runs_again_once_the_extended_view_no_longer_fits() -> None:
+    shrink = ShrinkToolResults()
+    engine = engine_with(shrink, window=3000, reserve_tokens=1000)
+    transcript = agent_session(40, result_chars=400)
+    await engine.project(transcript)
+    grown = transcript + agent_session(40, result_chars=400)[2:]
+    result = await engine.project(grown)
+    assert shrink.calls == 2
+    assert result.event is not None
+    assert check_view(grown, result.messages) == []

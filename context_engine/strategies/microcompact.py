@@ -184,8 +184,9 @@ class ToolResultMicrocompact:
     The engine rebuilds the view from the transcript on every call; clearing
     exactly enough would move the cleared boundary by a result or two on every
     call and change the prompt prefix each time, so the provider's prompt
-    cache would never hit. Rounding the tokens to save up to a step keeps the
-    same results cleared for many calls."""
+    cache would never hit. Clearing one step more than needed, in whole steps,
+    keeps the same results cleared, and the view's prefix unchanged, for many
+    calls."""
     clock: Callable[[], _dt.datetime] = attrs.field(default=_utcnow, validator=_callable)
     """Returns the current time; naive datetimes (here and in timestamps) are taken as UTC."""
     name: str = attrs.field(default="tool_result_microcompact", init=False)
@@ -231,12 +232,16 @@ class ToolResultMicrocompact:
         )
 
     def _tokens_to_save(self, budget: Budget) -> int:
-        """The excess over the threshold, rounded up to a whole clearing step."""
+        """The excess over the threshold plus one clearing step, rounded up to whole steps.
+
+        The extra step is head-room: the engine sends the same view plus new
+        messages until they no longer fit, so each rewrite lasts many calls.
+        """
         excess = budget.tokens - budget.threshold
         step = int(self.clearing_step * budget.threshold)
         if step <= 0:
             return excess
-        return -(-excess // step) * step
+        return -(-(excess + step) // step) * step
 
     def candidates(self, view: Sequence[Message], counter: TokenCounter) -> tuple[int, ...]:
         """Indices of the results this strategy may clear, in clearing order (oldest first)."""
