@@ -3,7 +3,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: demo test lint typecheck bench bench-quick bench-peers bench-peers-quick clean
+.PHONY: demo test soak lint typecheck bench bench-quick bench-peers bench-peers-quick clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,10 @@ test: lint
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium) \
 		|| echo "chromium not installed; its test will skip"
 	$(BIN)/pytest -q
+
+# The reliability suite with 20 times the hypothesis examples (about 7 minutes on 2 cores).
+soak: $(STAMP)
+	$(BIN)/pytest -q tests/reliability --hypothesis-profile=soak --hypothesis-show-statistics
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/steady_state.py

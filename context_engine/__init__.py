@@ -24,6 +24,7 @@ from context_engine.messages import (
     Usage,
 )
 from context_engine.overflow import is_context_overflow
+from context_engine.redact import Redactor
 from context_engine.strategies.base import Budget, StrategyResult
 from context_engine.summarize.extractive import ExtractiveSummarizer
 from context_engine.summarize.request import Summarizer, SummaryRequest
@@ -58,6 +59,7 @@ __all__ = [
     "Message",
     "Projection",
     "RecoveryResult",
+    "Redactor",
     "RewriteEvent",
     "RewriteStep",
     "Snapshot",

@@ -34,11 +34,25 @@ class PipelineOutcome:
     applied: tuple[str, ...]
     info: SummaryInfo | None
     replaced: tuple[Message, ...]
+    views: tuple[tuple[Message, ...], ...] = ()
+    """The view after each applied strategy, in the order of ``applied``."""
 
     @property
     def changed(self) -> bool:
         """Whether any strategy rewrote the view."""
         return bool(self.applied)
+
+    def view_after_last(self, names: frozenset[str]) -> tuple[Message, ...] | None:
+        """The view right after the last applied strategy named in ``names``, if any.
+
+        That is what a caller may commit: strategies that ran after it (a last
+        resort truncation) shaped this call's view only, and committing their
+        cuts would lose messages no checkpoint covers.
+        """
+        for name, view in zip(reversed(self.applied), reversed(self.views), strict=True):
+            if name in names:
+                return view
+        return None
 
 
 class PipelineFailure(Exception):
@@ -58,6 +72,7 @@ class _Run:
     applied: list[str] = attrs.field(factory=list)
     info: SummaryInfo | None = None
     replaced: list[Message] = attrs.field(factory=list)
+    views: list[tuple[Message, ...]] = attrs.field(factory=list)
 
     def outcome(self) -> PipelineOutcome:
         return PipelineOutcome(
@@ -67,6 +82,7 @@ class _Run:
             applied=tuple(self.applied),
             info=self.info,
             replaced=tuple(self.replaced),
+            views=tuple(self.views),
         )
 
     async def step(
@@ -114,6 +130,7 @@ class _Run:
             self.view = result.messages
             self.budget = self.budget.with_tokens(after)
             self.applied.append(name)
+            self.views.append(self.view)
             self.replaced.extend(result.replaced)
             if result.info is not None:
                 self.info = result.info

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from context_engine._pipeline import PipelineOutcome
 from context_engine.errors import InvalidMessageError
@@ -14,8 +14,15 @@ __all__ = ["as_transcript", "chain", "recovery_target"]
 
 def as_transcript(messages: Sequence[Message]) -> tuple[Message, ...]:
     """Snapshot the caller's sequence as a tuple, checking every item is a `Message`."""
-    if isinstance(messages, (str, bytes, Message)) or not isinstance(messages, Iterable):
-        raise InvalidMessageError(f"expected a sequence of Message, got {type(messages).__name__}")
+    if isinstance(messages, (str, bytes, Message, Mapping)) or not isinstance(messages, Iterable):
+        hint = (
+            "; convert provider dicts with context_engine.formats.openai.from_openai"
+            if isinstance(messages, Mapping)
+            else ""
+        )
+        raise InvalidMessageError(
+            f"expected a sequence of Message, got {type(messages).__name__}{hint}"
+        )
     transcript = tuple(messages)
     # One C-speed pass over the types; the per-item loop only runs to name a culprit.
     if all(map(_is_message_type, set(map(type, transcript)))):
@@ -65,4 +72,5 @@ def chain(first: PipelineOutcome, second: PipelineOutcome) -> PipelineOutcome:
         applied=first.applied + second.applied,
         info=second.info or first.info,
         replaced=first.replaced + second.replaced,
+        views=first.views + second.views,
     )

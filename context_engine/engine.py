@@ -478,7 +478,8 @@ class ContextEngine:
         futile: bool,
         floor: int,
     ) -> Projection:
-        should_commit = any(name in self.commit_strategies for name in outcome.applied)
+        commit_view = outcome.view_after_last(self.commit_strategies)
+        should_commit = commit_view is not None
         view_estimate = self._meter.estimate_outcome(transcript, estimate, outcome)
         if outcome.changed:
             scope: Scope = "committed" if should_commit else "projected"
@@ -516,7 +517,7 @@ class ContextEngine:
             strategy=outcome.applied[-1] if outcome.applied else None,
             event=event,
             should_commit=should_commit,
-            commit_messages=outcome.view if should_commit else None,
+            commit_messages=commit_view,
         )
 
     async def _skip(self, transcript: tuple[Message, ...], failures: int) -> Projection:
@@ -565,7 +566,7 @@ class ContextEngine:
         )
         outcome = failure.outcome
         view_estimate = self._meter.estimate_outcome(transcript, estimate, outcome)
-        should_commit = any(name in self.commit_strategies for name in outcome.applied)
+        commit_view = outcome.view_after_last(self.commit_strategies)
         self._remember(
             "projected" if outcome.changed else "baseline",
             outcome.view,
@@ -579,7 +580,7 @@ class ContextEngine:
             view=outcome.view,
             strategy=failure.strategy,
             failures=self.breaker.failures,
-            commit_messages=outcome.view if should_commit else None,
+            commit_messages=commit_view,
         )
 
     def _event(
@@ -718,10 +719,11 @@ class ContextEngine:
                 type(error).__name__ if isinstance(error, BaseException) else "str",
             )
         estimate = self._estimate(transcript)
-        # The rejected prompt is most likely the last view this engine returned.
-        rejected = (
-            min(estimate.tokens, self._last.estimate.tokens) if self._last else estimate.tokens
-        )
+        last = self._last
+        # The rejected prompt is the last view when the caller passes the input it came from.
+        rejected = estimate.tokens
+        if last is not None and last.input == transcript:
+            rejected = min(rejected, last.estimate.tokens)
         target = recovery_target(rejected, self._window, self.threshold, error)
         budget = self._budget(transcript, estimate, target, "overflow")
         floor = self._meter.floor_tokens(transcript, estimate, target)

@@ -165,7 +165,11 @@ def _to_content(value: object) -> tuple[Block, ...]:
 
 
 def _to_metadata(value: Mapping[str, Any]) -> dict[str, Any]:
-    return dict(value)
+    try:
+        return dict(value)
+    except (TypeError, ValueError):
+        kind = type(value).__name__
+        raise InvalidMessageError(f"metadata must be a mapping, got {kind}") from None
 
 
 def _to_timestamp(value: object) -> _dt.datetime | None:
@@ -219,6 +223,16 @@ class Message:
                 raise InvalidMessageError(
                     f"{self.role} message carries tool call {block.id!r}; "
                     "only assistant messages may call tools"
+                )
+        for label, value in (
+            ("tool_call_id", self.tool_call_id),
+            ("name", self.name),
+            ("stop_reason", self.stop_reason),
+        ):
+            if value is not None and not isinstance(value, str):
+                raise InvalidMessageError(
+                    f"{self.role} message: {label} must be a str or None, "
+                    f"got {type(value).__name__}"
                 )
         if self.role == "tool" and not (isinstance(self.tool_call_id, str) and self.tool_call_id):
             raise InvalidMessageError("tool message without tool_call_id")
@@ -377,7 +391,7 @@ def parse_context_summary(
     try:
         tokens_before = int(attributes.get("tokens-before", "0"))
         stamp = attributes.get("timestamp")
-        timestamp = _dt.datetime.fromisoformat(stamp) if stamp else None
+        timestamp = _dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")) if stamp else None
     except ValueError:
         return None
     return ContextSummary(

@@ -38,3 +38,17 @@ def corpus_path(request: pytest.FixtureRequest) -> Path:
     if request.param is None:
         pytest.skip("../shared/corpus/dev is not present")
     return request.param  # type: ignore[no-any-return]
+
+
+# -- hypothesis profiles ---------------------------------------------------------------
+# `make soak` runs tests/reliability with --hypothesis-profile=soak: the reliability
+# tests scale their example counts by the profile's max_examples / 100.
+from hypothesis import HealthCheck  # noqa: E402  (kept next to the profiles it serves)
+from hypothesis import settings as _hypothesis_settings  # noqa: E402
+
+_hypothesis_settings.register_profile(
+    "soak",
+    max_examples=2_000,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)

@@ -101,9 +101,10 @@ def from_openai(messages: Iterable[Mapping[str, Any]]) -> list[Message]:
     Raises:
         InvalidMessageError: A dict is malformed; ``.index`` names which one.
     """
-    if isinstance(messages, (Mapping, str, bytes)):
+    if isinstance(messages, (Mapping, str, bytes)) or not isinstance(messages, Iterable):
         raise InvalidMessageError(
-            "from_openai takes a list of message dicts; use message_from_openai for one dict"
+            "from_openai takes a list of message dicts, got "
+            f"{type(messages).__name__}; use message_from_openai for one dict"
         )
     return [message_from_openai(item, index=i) for i, item in enumerate(messages)]
 

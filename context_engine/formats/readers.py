@@ -96,7 +96,22 @@ def read_transcript(path: str | os.PathLike[str]) -> Transcript:
         OSError: The file cannot be opened.
     """
     source = os.fspath(path)
-    with open(source, encoding="utf-8") as handle:
+    try:
+        return _read(source)
+    except UnicodeDecodeError as exc:
+        raise TranscriptFormatError(
+            f"is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} cannot be decoded)",
+            path=source,
+        ) from None
+    except RecursionError:
+        raise TranscriptFormatError(
+            "nests JSON too deeply to be a transcript", path=source
+        ) from None
+
+
+def _read(source: str) -> Transcript:
+    # utf-8-sig: a byte order mark (as some Windows editors write) is not part of the JSON.
+    with open(source, encoding="utf-8-sig") as handle:
         first = _first_char(handle, source)
         handle.seek(0)
         if first == "[":
@@ -139,9 +154,14 @@ def _load(handle: IO[str], source: str) -> Any:
 def _is_anthropic_message(obj: object) -> bool:
     content = obj.get("content") if isinstance(obj, Mapping) else None
     return isinstance(content, list) and any(
-        isinstance(block, Mapping) and block.get("type") in ANTHROPIC_BLOCK_TYPES
+        isinstance(block, Mapping) and _is_one_of(block.get("type"), ANTHROPIC_BLOCK_TYPES)
         for block in content
     )
+
+
+def _is_one_of(value: object, names: frozenset[str]) -> bool:
+    """Whether ``value`` is one of ``names``; a list or dict from the file never is."""
+    return isinstance(value, str) and value in names
 
 
 def _bare(exc: InvalidMessageError) -> str:
@@ -229,7 +249,7 @@ def _line_kind(head: Mapping[str, Any]) -> str | None:
         return None
     if "role" in head:
         return "chat"
-    if head.get("type") in CODEX_LINE_TYPES and "payload" in head:
+    if _is_one_of(head.get("type"), CODEX_LINE_TYPES) and "payload" in head:
         return "codex"
     return "claude-code" if is_claude_code_line(head) else None
 
@@ -286,13 +306,14 @@ def write_transcript(
         raise ConfigurationError(
             f"write_transcript format must be 'openai' or 'anthropic', got {format!r}"
         )
+    # A lone surrogate cannot be UTF-8; inside a JSON string its backslash escape is exact.
     if format == "anthropic":
         body = to_anthropic(messages)
-        with open(path, "w", encoding="utf-8") as handle:
+        with open(path, "w", encoding="utf-8", errors="backslashreplace") as handle:
             json.dump(body, handle, ensure_ascii=False, indent=2)
             handle.write("\n")
         return
-    with open(path, "w", encoding="utf-8") as handle:
+    with open(path, "w", encoding="utf-8", errors="backslashreplace") as handle:
         for index, message in enumerate(messages):
             line = json.dumps(message_to_openai(message, index=index), ensure_ascii=False)
             handle.write(line + "\n")

@@ -14,6 +14,7 @@ from context_engine._aio import maybe_await
 from context_engine.errors import ConfigurationError
 from context_engine.events import SummaryInfo
 from context_engine.messages import ContextSummary, Message
+from context_engine.redact import Redactor, redact_messages
 from context_engine.strategies.base import Budget, StrategyResult
 from context_engine.structure import analyze
 from context_engine.summarize.cut import (
@@ -103,6 +104,8 @@ class FullSummary:
     """Hooks that may add reminder messages after the checkpoint."""
     timeout_seconds: float | None = 300.0
     """Time allowed for one summarizer call (async summarizers only)."""
+    redactor: Redactor | None = None
+    """Removes secrets from everything sent to the summarizer; None sends the history as is."""
 
     async def apply(
         self, transcript: Sequence[Message], view: Sequence[Message], budget: Budget
@@ -141,7 +144,12 @@ class FullSummary:
         prefix = strip_images([view[i] for i in cut.turn_prefix])
         if not history and not prefix:
             return StrategyResult.unchanged(view)
-        text = await self._write(history, prefix, previous, budget, instructions)
+        call = self._summary_call(budget, instructions)
+        problem = call.window_problem()
+        if problem is not None:
+            # Recorded as a no-op so the pipeline's next strategy still runs.
+            return StrategyResult.unchanged(view, error=problem)
+        text = await self._write(call, history, prefix, previous)
         checkpoint = self._checkpoint(text, history + prefix, previous, budget.tokens)
         compacted = rebuild_view(view, cut, checkpoint)
         compacted = await self._run_hooks(compacted, cut, budget, checkpoint, started)
@@ -159,16 +167,9 @@ class FullSummary:
             replaced=replaced_messages(view, cut),
         )
 
-    async def _write(
-        self,
-        history: tuple[Message, ...],
-        prefix: tuple[Message, ...],
-        previous: Message | None,
-        budget: Budget,
-        instructions: str | None,
-    ) -> str:
+    def _summary_call(self, budget: Budget, instructions: str | None) -> SummaryCall:
         window = self.summarizer_window or budget.window
-        call = SummaryCall(
+        return SummaryCall(
             summarizer=self.summarizer,
             prompts=self.prompts,
             counter=budget.counter,
@@ -180,7 +181,19 @@ class FullSummary:
             reason=budget.reason,
             instructions=instructions,
         )
+
+    async def _write(
+        self,
+        call: SummaryCall,
+        history: tuple[Message, ...],
+        prefix: tuple[Message, ...],
+        previous: Message | None,
+    ) -> str:
         text = previous.summary if isinstance(previous, ContextSummary) else None
+        if self.redactor is not None:
+            history = redact_messages(history, self.redactor)
+            prefix = redact_messages(prefix, self.redactor)
+            text = self.redactor.redact(text) if text is not None else None
         if history:
             text, _ = await call.summarize(history, text)
         if prefix:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 
 import attrs
 
@@ -56,17 +56,42 @@ async def call_summarizer(
         telemetry.summarizer_call(summarizer, attributes) if telemetry else contextlib.nullcontext()
     )
     with scope:
+        awaited = None
         try:
-            answer = summarizer(request)
+            answer: object = summarizer(request)
             if inspect.isawaitable(answer):
-                answer = await asyncio.wait_for(answer, timeout) if timeout else await answer
+                awaited = _carry_own_timeout(answer)
+                answer = await (asyncio.wait_for(awaited, timeout) if timeout else awaited)
         except SummarizerError:
             raise
+        except _OwnTimeout as own:
+            raise _failed(own.error) from own.error
         except asyncio.TimeoutError as exc:
+            if awaited is None:  # a plain summarizer's own timeout (a socket's, say)
+                raise _failed(exc) from exc
             raise SummarizerError(f"summarizer did not answer within {timeout} s") from exc
         except Exception as exc:
-            raise SummarizerError(f"summarizer failed: {type(exc).__name__}: {exc}") from exc
+            raise _failed(exc) from exc
         return parse_summary_text(answer)
+
+
+class _OwnTimeout(Exception):
+    """A timeout the summarizer raised itself, carried past `asyncio.wait_for` unmistaken."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+async def _carry_own_timeout(answer: Awaitable[object]) -> object:
+    try:
+        return await answer
+    except (TimeoutError, asyncio.TimeoutError) as exc:
+        raise _OwnTimeout(exc) from None
+
+
+def _failed(exc: BaseException) -> SummarizerError:
+    return SummarizerError(f"summarizer failed: {type(exc).__name__}: {exc}")
 
 
 def strip_images(messages: Sequence[Message]) -> tuple[Message, ...]:
@@ -162,13 +187,23 @@ class SummaryCall:
         assert running is not None
         return running, len(chunks)
 
-    def _chunk_tokens(self) -> int:
+    def window_problem(self) -> str | None:
+        """Why the summarizer's window cannot hold a useful chunk, or None when it can."""
+        room = self._room()
+        if room >= _MIN_CHUNK_TOKENS:
+            return None
+        return (
+            f"the summarizer's window ({self.window} tokens) leaves {room} tokens for the "
+            "conversation after the prompt and two summaries; raise summarizer_window or "
+            "lower max_summary_tokens"
+        )
+
+    def _room(self) -> int:
         prompt = self.counter.count_text(self.prompts.system + self.prompts.summary)
-        room = self.window - 2 * self.max_summary_tokens - prompt - _FRAMING_TOKENS
-        if room < _MIN_CHUNK_TOKENS:
-            raise SummarizerError(
-                f"the summarizer's window ({self.window} tokens) leaves {room} tokens for the "
-                "conversation after the prompt and two summaries; raise summarizer_window or "
-                "lower max_summary_tokens"
-            )
-        return room
+        return self.window - 2 * self.max_summary_tokens - prompt - _FRAMING_TOKENS
+
+    def _chunk_tokens(self) -> int:
+        problem = self.window_problem()
+        if problem is not None:
+            raise SummarizerError(problem)
+        return self._room()

@@ -26,7 +26,8 @@ __all__ = [
 
 BLOCK_TAGS = ("conversation", "previous-summary", "instructions")
 IMAGE_PLACEHOLDER = "[image omitted]"
-_TAG = regex.compile(r"<(/?)\s*(" + "|".join(BLOCK_TAGS) + r")\b", regex.IGNORECASE)
+# Whitespace is allowed on both sides of the slash: a model may read ``< /conversation>`` as a tag.
+_TAG = regex.compile(r"<\s*(/?)\s*(" + "|".join(BLOCK_TAGS) + r")\b", regex.IGNORECASE)
 
 
 def escape_block_tags(text: str) -> str:

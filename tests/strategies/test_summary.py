@@ -225,19 +225,11 @@ async def test_history_larger_than_the_summarizer_window_is_summarized_in_chunks
     assert result.applied
     assert summarizer.calls > 2
     requests = summarizer.requests
-    assert (
-        requests[0].previous_summary is None
-    )
-    assert (
-        "request 0" in requests[0].prompt_messages[1].text
-    )
+    assert requests[0].previous_summary is None
+    assert "request 0" in requests[0].prompt_messages[1].text
     for earlier, later in itertools.pairwise(requests):
-        assert (
-            later.previous_summary is not None
-        )
-        assert (
-            f"Checkpoint {requests.index(earlier) + 1}" in later.previous_summary
-        )
+        assert later.previous_summary is not None
+        assert f"Checkpoint {requests.index(earlier) + 1}" in later.previous_summary
     compacted_texts = {m.text for r in requests for m in r.messages}
     assert all(view[i].text in compacted_texts for i in range(1, 10))
 
@@ -398,3 +390,55 @@ async def test_a_failing_summarizer_trips_the_breaker_through_the_engine() -> No
     assert skipped.event is not None
     assert skipped.event.reason == "circuit_breaker"
     assert summarizer.calls == 2
+
+
+async def test_commit_messages_stop_at_the_checkpoint_when_a_truncation_ran_after_it() -> None:
+    """What hard truncation cut after a checkpoint shaped this call only: never committed."""
+    from context_engine.strategies import HardTruncate
+
+    engine = ContextEngine(
+        3000,
+        [FullSummary(summarizer=RecordingSummarizer(), keep_recent_tokens=2400), HardTruncate()],
+        reserve_tokens=500,
+        token_counter=COUNTER,
+    )
+    view = [Message.system("sys"), *turn(0, 12, result="y" * 1200)]
+    result = await engine.project(view)
+    assert result.event is not None
+    applied = [s.name for s in result.event.steps if s.applied]
+    assert applied == ["full_summary", "hard_truncate"]
+    assert result.should_commit
+    assert result.commit_messages is not None
+    assert result.commit_messages != result.messages
+    assert check_view(view, result.commit_messages) == []
+    assert all(m in result.commit_messages for m in view[-4:])
+    assert not any("context_engine.truncated" in m.metadata for m in result.commit_messages)
+
+
+async def test_a_summarizer_window_too_small_is_a_recorded_no_op_and_the_next_strategy_runs() -> (
+    None
+):
+    engine = ContextEngine.default(
+        2000, summarizer=RecordingSummarizer(), reserve_tokens=500, token_counter=COUNTER
+    )
+    view = session(turns=6, steps=6)
+    result = await engine.project(view)
+    assert result.event is not None
+    summary_step = next(s for s in result.event.steps if s.name == "full_summary")
+    assert not summary_step.applied
+    assert "summarizer's window" in (summary_step.error or "")
+    assert result.fits or result.event.futile
+    assert check_view(view, result.messages) == []
+
+
+async def test_recover_overflow_after_a_smaller_unrelated_view_still_compacts() -> None:
+    summarizer = RecordingSummarizer()
+    engine = ContextEngine.default(
+        8000, summarizer=summarizer, reserve_tokens=1000, token_counter=COUNTER
+    )
+    await engine.project(session(turns=1, steps=1))
+    result = await engine.recover_overflow(session(turns=8, steps=8), "prompt is too long")
+    assert result.changed
+    assert summarizer.calls >= 1
+    assert result.event is not None
+    assert not result.event.futile
