@@ -17,6 +17,7 @@ from context_engine.errors import CompactionError, ConfigurationError
 from context_engine.events import ContextUsage, RewriteEvent, RewriteReason, Scope, Snapshot
 from context_engine.messages import Message
 from context_engine.overflow import is_context_overflow
+from context_engine.redact import Redactor
 from context_engine.results import CommitResult, Projection, RecoveryResult
 from context_engine.snapshots import describe_view
 from context_engine.strategies.base import Budget, Strategy
@@ -208,13 +209,15 @@ class ContextEngine:
         *,
         summarizer: Callable[..., Any] | None = None,
         seed: Callable[[], Any] | None = None,
+        redactor: Redactor | None = None,
         **options: Any,
     ) -> ContextEngine:
         """The recommended pipeline.
 
         Tool-result microcompact, light trim, session memory (when ``seed`` is
-        given), full summary (when ``summarizer`` is given), hard truncate.
-        ``options`` go to the constructor.
+        given), full summary (when ``summarizer`` is given; ``redactor`` removes
+        secrets from what it is sent), hard truncate. ``options`` go to the
+        constructor.
         """
         from context_engine.strategies import (
             FullSummary,
@@ -228,7 +231,7 @@ class ContextEngine:
         if seed is not None:
             strategies.append(SessionMemory(seed=seed))
         if summarizer is not None:
-            strategies.append(FullSummary(summarizer=summarizer))
+            strategies.append(FullSummary(summarizer=summarizer, redactor=redactor))
         strategies.append(HardTruncate())
         return cls(context_window, strategies, **options)
 

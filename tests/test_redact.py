@@ -260,3 +260,29 @@ def test_the_default_pattern_list_names_every_kind_once() -> None:
         "private-key",
         "url-password",
     } <= set(kinds)
+
+
+def test_inspect_previews_never_show_a_secret() -> None:
+    from context_engine import Message
+    from context_engine.cli._inspect import preview
+
+    secret = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4"
+    shown = preview(Message.user(f"use the key {secret} please"), width=200)
+    assert secret not in shown
+    assert "REDACTED" in shown
+
+
+def test_the_default_engine_passes_a_redactor_to_its_summary() -> None:
+    from context_engine import ContextEngine
+    from context_engine.strategies import FullSummary
+    from context_engine.testing import FixedTokenCounter, RecordingSummarizer
+
+    redactor = Redactor()
+    engine = ContextEngine.default(
+        10_000,
+        summarizer=RecordingSummarizer(),
+        redactor=redactor,
+        token_counter=FixedTokenCounter(),
+    )
+    summary = next(s for s in engine.strategies if isinstance(s, FullSummary))
+    assert summary.redactor is redactor

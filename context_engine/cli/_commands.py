@@ -28,6 +28,7 @@ from context_engine.errors import CompactionError, ContextEngineError
 from context_engine.events import RewriteEvent
 from context_engine.formats.readers import write_transcript
 from context_engine.messages import ContextSummary, Message
+from context_engine.redact import Redactor
 from context_engine.results import CommitResult
 from context_engine.testing import synthetic_session
 
@@ -111,7 +112,9 @@ def run_compact(args: argparse.Namespace, out: Output) -> int:
     """``compact FILE``: exit 0 when the compacted transcript fits, 1 when not or on failure."""
     transcript = load_transcript(args.file)
     summarizer = CountingSummarizer(build_summarizer(args.summarizer))
-    engine = ContextEngine.default(args.window, summarizer=summarizer, encoding=args.encoding)
+    engine = ContextEngine.default(
+        args.window, summarizer=summarizer, redactor=Redactor(), encoding=args.encoding
+    )
     try:
         result = engine.compact_sync(transcript.messages, args.instructions)
     except CompactionError as exc:

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Mapping, Sequence
 
 from context_engine.errors import ContextEngineError
 from context_engine.formats.readers import Transcript, read_transcript
+from context_engine.redact import Redactor
 from context_engine.strategies import (
     FullSummary,
     HardTruncate,
@@ -191,7 +192,7 @@ def build_strategies(names: Sequence[str], summarizer: Summarizer | None) -> lis
         elif name == "full_summary":
             if summarizer is None:
                 raise CliError("the summary strategy needs a summarizer (--summarizer)")
-            strategies.append(FullSummary(summarizer=summarizer))
+            strategies.append(FullSummary(summarizer=summarizer, redactor=Redactor()))
         elif name == "hard_truncate":
             strategies.append(HardTruncate())
     return strategies

@@ -10,6 +10,7 @@ import attrs
 
 from context_engine.engine import ContextEngine
 from context_engine.messages import Message
+from context_engine.redact import Redactor
 from context_engine.tokens import TOOL_CALL_OVERHEAD_TOKENS, TokenCounter
 
 __all__ = ["InspectReport", "inspect_messages", "preview"]
@@ -126,13 +127,17 @@ class InspectReport:
         return attrs.asdict(self)
 
 
+_REDACTOR = Redactor()
+
+
 def preview(message: Message, width: int = 60) -> str:
-    """A one-line preview of ``message``: its text, else its tool calls."""
+    """A one-line preview of ``message``: its text, else its tool calls; secrets redacted."""
     text = " ".join(message.text.split())
     if not text and message.tool_calls:
         text = ", ".join(
             f"{call.name}({' '.join(call.arguments.split())})" for call in message.tool_calls
         )
+    text = _REDACTOR.redact(text)
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
