@@ -378,7 +378,7 @@ a `project` call that appends one message costs work proportional to that
 message, not to the history. They come from `benchmarks/steady_state.py`;
 `make bench` regenerates this page (it is overwritten) and the raw samples in
 `benchmarks/results/steady_state.json`. Peers (LangChain, Strands, AutoGen)
-are compared in a later benchmark (not yet).
+are compared in [benchmarks_peers.md](benchmarks_peers.md).
 
 ## Steady state: one appended message
 
@@ -421,11 +421,17 @@ Run:
 """
 
 
+PEERS_LINK = """
+Side by side with LangChain, Strands and AutoGen (`make bench-peers`):
+[benchmarks_peers.md](benchmarks_peers.md).
+"""
+
+
 def render(meta: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     versions = meta["versions"]
     names = {"ce": "context-engine", "tk": "tiktoken", "at": "attrs"}
     fields = {**meta, **{short: versions[name] for short, name in names.items()}}
-    return HEADER.format(**fields) + tables(rows) + "\n"
+    return HEADER.format(**fields) + tables(rows) + "\n" + PEERS_LINK
 
 
 def to_json(data: dict[str, Any]) -> str:
