@@ -206,6 +206,10 @@ class Message:
     _token_cache: dict[str, int] = attrs.field(
         factory=dict, init=False, eq=False, hash=False, repr=False
     )
+    # The tool calls, derived once from the (immutable) content on first use.
+    _calls: tuple[ToolCall, ...] | None = attrs.field(
+        default=None, init=False, eq=False, hash=False, repr=False
+    )
 
     def __attrs_post_init__(self) -> None:
         if self.role not in ROLES:
@@ -279,7 +283,11 @@ class Message:
     @property
     def tool_calls(self) -> tuple[ToolCall, ...]:
         """The tool calls in this message, in order."""
-        return tuple(b for b in self.content if isinstance(b, ToolCall))
+        calls = self._calls
+        if calls is None:
+            calls = tuple(b for b in self.content if isinstance(b, ToolCall))
+            object.__setattr__(self, "_calls", calls)
+        return calls
 
     @property
     def is_summary(self) -> bool:
