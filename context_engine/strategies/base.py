@@ -16,6 +16,7 @@ __all__ = [
     "ForceCompactionStrategy",
     "Strategy",
     "StrategyResult",
+    "replace_oldest_first",
 ]
 
 
@@ -83,6 +84,38 @@ class StrategyResult:
     def unchanged(cls, view: Sequence[Message], *, error: str | None = None) -> StrategyResult:
         """A no-op result that hands the view on."""
         return cls(messages=tuple(view), applied=False, error=error)
+
+
+def replace_oldest_first(
+    view: Sequence[Message],
+    replacements: Iterable[tuple[int, Callable[[], Message]]],
+    counter: TokenCounter,
+    goal: int,
+) -> StrategyResult:
+    """Swap messages for shorter versions, in the order given, until ``goal`` tokens are saved.
+
+    ``replacements`` yields ``(index, make)`` pairs; ``make()`` builds the
+    shorter message and is only called while more saving is needed. A
+    replacement that would not save anything is skipped. The shared loop of
+    the strategies that shorten messages in place (microcompact, light trim).
+    """
+    messages = list(view)
+    replaced: list[Message] = []
+    saved = 0
+    for index, make in replacements:
+        if saved >= goal:
+            break
+        original = view[index]
+        shorter = make()
+        delta = counter.count_message(original) - counter.count_message(shorter)
+        if delta <= 0:
+            continue
+        messages[index] = shorter
+        replaced.append(original)
+        saved += delta
+    if not replaced:
+        return StrategyResult.unchanged(view)
+    return StrategyResult(messages=messages, applied=True, tokens_saved=saved, replaced=replaced)
 
 
 @runtime_checkable

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from functools import partial
 
 import attrs
 
 from context_engine.errors import ConfigurationError
 from context_engine.messages import Block, Message, TextBlock
-from context_engine.strategies.base import Budget, StrategyResult
+from context_engine.strategies.base import Budget, StrategyResult, replace_oldest_first
 from context_engine.structure import TRIMMED_KEY, analyze
 
 __all__ = ["LightTrim", "trim_text"]
@@ -119,30 +120,18 @@ class LightTrim:
         """The synchronous body of `apply`: no I/O, the same input gives the same result."""
         if budget.tokens <= budget.threshold:
             return StrategyResult.unchanged(view)
-        counter = budget.counter
-        messages = list(view)
-        replaced: list[Message] = []
-        saved = 0
-        for index in self.candidates(view):
-            if budget.tokens - saved <= budget.threshold:
-                break
-            original = view[index]
-            trimmed = self.trim(original)
-            delta = counter.count_message(original) - counter.count_message(trimmed)
-            if delta <= 0:
-                continue
-            messages[index] = trimmed
-            replaced.append(original)
-            saved += delta
-        if not replaced:
-            return StrategyResult.unchanged(view)
-        logger.debug(
-            "strategy=<%s> trimmed_messages=<%d> tokens_saved=<%d> | rewrite applied",
-            self.name, len(replaced), saved,
+        replacements = ((index, partial(self.trim, view[index])) for index in self.candidates(view))
+        result = replace_oldest_first(
+            view, replacements, budget.counter, budget.tokens - budget.threshold
         )
-        return StrategyResult(
-            messages=messages, applied=True, tokens_saved=saved, replaced=replaced
-        )
+        if result.applied:
+            logger.debug(
+                "strategy=<%s> trimmed_messages=<%d> tokens_saved=<%d> | rewrite applied",
+                self.name,
+                len(result.replaced),
+                result.tokens_saved,
+            )
+        return result
 
     def candidates(self, view: Sequence[Message]) -> tuple[int, ...]:
         """Indices of the messages with a block to trim, oldest first."""

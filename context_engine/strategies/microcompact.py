@@ -22,7 +22,7 @@ import attrs
 
 from context_engine.errors import ConfigurationError
 from context_engine.messages import Message, TextBlock, ToolCall
-from context_engine.strategies.base import Budget, StrategyResult
+from context_engine.strategies.base import Budget, StrategyResult, replace_oldest_first
 from context_engine.structure import CLEARED_KEY, analyze
 from context_engine.tokens import TokenCounter
 
@@ -31,8 +31,7 @@ __all__ = ["DEFAULT_PLACEHOLDER", "ToolResultMicrocompact"]
 logger = logging.getLogger(__name__)
 
 DEFAULT_PLACEHOLDER = (
-    "[This tool output was cleared to save context space. "
-    "Run the tool again if you need it.]"
+    "[This tool output was cleared to save context space. Run the tool again if you need it.]"
 )
 """The text a cleared tool result gets when no ``placeholder_fn`` is given."""
 
@@ -205,31 +204,21 @@ class ToolResultMicrocompact:
         if not self.cache_is_cold(view):
             logger.debug("strategy=<%s> | prompt cache still warm, not rewriting", self.name)
             return StrategyResult.unchanged(view)
-        counter = budget.counter
-        messages = list(view)
-        replaced: list[Message] = []
-        saved = 0
-        goal = self._tokens_to_save(budget)
-        for index, call in self._candidates(view, counter):
-            if saved >= goal:
-                break
-            original = view[index]
-            cleared = self.clear(call, original)
-            delta = counter.count_message(original) - counter.count_message(cleared)
-            if delta <= 0:
-                continue
-            messages[index] = cleared
-            replaced.append(original)
-            saved += delta
-        if not replaced:
-            return StrategyResult.unchanged(view)
-        logger.debug(
-            "strategy=<%s> cleared=<%d> tokens_saved=<%d> | rewrite applied",
-            self.name, len(replaced), saved,
+        replacements = (
+            (index, functools.partial(self.clear, call, view[index]))
+            for index, call in self._candidates(view, budget.counter)
         )
-        return StrategyResult(
-            messages=messages, applied=True, tokens_saved=saved, replaced=replaced
+        result = replace_oldest_first(
+            view, replacements, budget.counter, self._tokens_to_save(budget)
         )
+        if result.applied:
+            logger.debug(
+                "strategy=<%s> cleared=<%d> tokens_saved=<%d> | rewrite applied",
+                self.name,
+                len(result.replaced),
+                result.tokens_saved,
+            )
+        return result
 
     def _tokens_to_save(self, budget: Budget) -> int:
         """The excess over the threshold plus one clearing step, rounded up to whole steps.
@@ -272,9 +261,7 @@ class ToolResultMicrocompact:
         """Whether ``idle_threshold`` allows a rewrite of ``view`` now."""
         if self.idle_threshold is None:
             return True
-        stamp = next(
-            (m.timestamp for m in reversed(view) if m.role == "assistant"), None
-        )
+        stamp = next((m.timestamp for m in reversed(view) if m.role == "assistant"), None)
         if stamp is None:
             return True
         return _aware(self.clock()) - _aware(stamp) > self.idle_threshold
