@@ -91,6 +91,10 @@ class Meter:
     _memo: tuple[tuple[Message, ...], list[int], int] = attrs.field(
         factory=lambda: ((), [0], -1), init=False, repr=False
     )
+    # The last (input, previous input) pair counts() found to extend one another.
+    _extends: tuple[tuple[Message, ...], tuple[Message, ...]] = attrs.field(
+        factory=lambda: ((), ()), init=False, repr=False
+    )
 
     def counted(self, view: Sequence[Message]) -> int:
         """Tokenizer count of ``view`` with the request framing, no correction."""
@@ -106,7 +110,11 @@ class Meter:
         loop pays only for the messages that are new.
         """
         previous, cumulative, usage_index = self._memo
+        if view is previous:  # measured again within the same call
+            return cumulative, usage_index
         shared = _shared_prefix(view, previous)
+        if shared == len(previous):
+            self._extends = (view, previous)
         if shared:
             del cumulative[shared + 1 :]
             if usage_index >= shared:
@@ -128,6 +136,9 @@ class Meter:
     ) -> tuple[int, bool]:
         """Leading messages ``view`` shares with ``previous``, and whether that is all of it."""
         known = len(previous)
+        extends = self._extends
+        if extends[0] is view and extends[1] is previous:  # counts() compared them already
+            return known, True
         if len(view) >= known and view[:known] == previous:
             return known, True
         shared = 0
