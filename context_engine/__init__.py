@@ -2,14 +2,17 @@
 
 from importlib.metadata import PackageNotFoundError, version
 
+from context_engine.archive.base import Archive
 from context_engine.commands import CompactCommand, parse_compact_command
 from context_engine.engine import CommitResult, ContextEngine, Projection, RecoveryResult
 from context_engine.errors import (
+    ArchiveError,
     BlockingCallInEventLoopError,
     CompactionError,
     ConfigurationError,
     ContextEngineError,
     InvalidMessageError,
+    RecallError,
     SummarizerError,
     TranscriptFormatError,
 )
@@ -25,7 +28,7 @@ from context_engine.messages import (
 )
 from context_engine.overflow import is_context_overflow
 from context_engine.redact import Redactor
-from context_engine.strategies.base import Budget, StrategyResult
+from context_engine.strategies.base import Budget, Removal, StrategyResult
 from context_engine.summarize.extractive import ExtractiveSummarizer
 from context_engine.summarize.request import Summarizer, SummaryRequest
 from context_engine.tokens import (
@@ -42,6 +45,8 @@ except PackageNotFoundError:  # running from a source tree that was never instal
     __version__ = "0.0.0"
 
 __all__ = [
+    "Archive",
+    "ArchiveError",
     "BlockingCallInEventLoopError",
     "Budget",
     "CommitResult",
@@ -58,8 +63,10 @@ __all__ = [
     "InvalidMessageError",
     "Message",
     "Projection",
+    "RecallError",
     "RecoveryResult",
     "Redactor",
+    "Removal",
     "RewriteEvent",
     "RewriteStep",
     "Snapshot",

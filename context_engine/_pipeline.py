@@ -16,6 +16,7 @@ from context_engine.messages import Message
 from context_engine.strategies.base import (
     Budget,
     ForceCompactionStrategy,
+    Removal,
     Strategy,
     StrategyResult,
 )
@@ -33,7 +34,8 @@ class PipelineOutcome:
     steps: tuple[RewriteStep, ...]
     applied: tuple[str, ...]
     info: SummaryInfo | None
-    replaced: tuple[Message, ...]
+    removed: tuple[Removal, ...]
+    """What the applied strategies removed, one `Removal` per reference, in run order."""
     views: tuple[tuple[Message, ...], ...] = ()
     """The view after each applied strategy, in the order of ``applied``."""
 
@@ -41,6 +43,11 @@ class PipelineOutcome:
     def changed(self) -> bool:
         """Whether any strategy rewrote the view."""
         return bool(self.applied)
+
+    @property
+    def references(self) -> tuple[str, ...]:
+        """The references of ``removed``, each once."""
+        return tuple(dict.fromkeys(removal.reference for removal in self.removed))
 
     def view_after_last(self, names: frozenset[str]) -> tuple[Message, ...] | None:
         """The view right after the last applied strategy named in ``names``, if any.
@@ -71,7 +78,7 @@ class _Run:
     steps: list[RewriteStep] = attrs.field(factory=list)
     applied: list[str] = attrs.field(factory=list)
     info: SummaryInfo | None = None
-    replaced: list[Message] = attrs.field(factory=list)
+    removed: list[Removal] = attrs.field(factory=list)
     views: list[tuple[Message, ...]] = attrs.field(factory=list)
 
     def outcome(self) -> PipelineOutcome:
@@ -81,7 +88,7 @@ class _Run:
             steps=tuple(self.steps),
             applied=tuple(self.applied),
             info=self.info,
-            replaced=tuple(self.replaced),
+            removed=tuple(self.removed),
             views=tuple(self.views),
         )
 
@@ -131,7 +138,7 @@ class _Run:
             self.budget = self.budget.with_tokens(after)
             self.applied.append(name)
             self.views.append(self.view)
-            self.replaced.extend(result.replaced)
+            self.removed.extend(result.removed)
             if result.info is not None:
                 self.info = result.info
         self.steps.append(

@@ -71,6 +71,6 @@ def chain(first: PipelineOutcome, second: PipelineOutcome) -> PipelineOutcome:
         steps=first.steps + second.steps,
         applied=first.applied + second.applied,
         info=second.info or first.info,
-        replaced=first.replaced + second.replaced,
+        removed=first.removed + second.removed,
         views=first.views + second.views,
     )

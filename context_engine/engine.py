@@ -10,10 +10,12 @@ import attrs
 
 from context_engine._aio import call_hook, run_blocking
 from context_engine._meter import Meter, Seen
+from context_engine._originals import keep_originals, recall_originals
 from context_engine._pipeline import PipelineFailure, PipelineOutcome, run_forced, run_pipeline
 from context_engine._transcript import as_transcript, chain, recovery_target
+from context_engine.archive.base import Archive, check_session_id
 from context_engine.breaker import BreakerState, CircuitBreaker
-from context_engine.errors import CompactionError, ConfigurationError
+from context_engine.errors import ArchiveError, CompactionError, ConfigurationError
 from context_engine.events import ContextUsage, RewriteEvent, RewriteReason, Scope, Snapshot
 from context_engine.messages import Message
 from context_engine.overflow import is_context_overflow
@@ -70,6 +72,24 @@ def _strategy_tuple(strategies: object) -> tuple[Strategy, ...]:
             "wrap a single strategy in a list"
         )
     return tuple(strategies)
+
+
+def _archive_settings(
+    archive: object, session_id: object
+) -> tuple[Archive | None, str | None]:
+    if archive is None:
+        return None, None if session_id is None else check_session_id(session_id)
+    if not isinstance(archive, Archive):
+        raise ConfigurationError(
+            f"archive must implement context_engine.archive.Archive (MemoryArchive, "
+            f"SQLiteArchive, RedisArchive or open_archive(url)), got {archive!r}"
+        )
+    if session_id is None:
+        raise ConfigurationError(
+            "an archive needs session_id=: references are scoped by session, so pass the "
+            "id of the agent session this engine serves"
+        )
+    return archive, check_session_id(session_id)
 
 
 def _uses_llm(strategy: Strategy) -> bool:
@@ -129,6 +149,11 @@ class ContextEngine:
             callable (no arguments) called when it ends, on failure too.
         tracer_provider: OpenTelemetry tracer provider; None uses the global one.
         meter_provider: OpenTelemetry meter provider; None uses the global one.
+        archive: Where every original a rewrite removes or shortens is stored
+            before the view is returned; placeholders, markers and checkpoints
+            then name references that `recall` resolves.
+        session_id: The session the archive scopes references by (required
+            with ``archive``).
     """
 
     def __init__(
@@ -150,8 +175,11 @@ class ContextEngine:
         on_strategy: Callable[[str], Any] | None = None,
         tracer_provider: Any = None,
         meter_provider: Any = None,
+        archive: Archive | None = None,
+        session_id: str | None = None,
     ) -> None:
         self._window = _positive_window(context_window)
+        self._archive, self._session_id = _archive_settings(archive, session_id)
         self._reserve = _reserve(reserve_tokens)
         self._strategies = _strategy_tuple(strategies)
         for strategy in self._strategies:
@@ -337,6 +365,7 @@ class ContextEngine:
             measure=self._meter.measurer(transcript, estimate),
             overhead_tokens=self.overhead_tokens,
             reason="threshold" if reason == "circuit_breaker" else reason,
+            archiving=self._archive is not None,
         )
 
     # -- state ---------------------------------------------------------------------
@@ -425,7 +454,8 @@ class ContextEngine:
                 allow=lambda s: allow_llm or not _uses_llm(s),
             )
         except PipelineFailure as failure:
-            raise self._failed(transcript, estimate, failure) from failure.__cause__
+            raise await self._failed(transcript, estimate, failure) from failure.__cause__
+        await self._keep(transcript, outcome, count_failure=True)
         if outcome.changed:
             self._breaker_success()
         if outcome.tokens > self.threshold and allow_llm:
@@ -553,12 +583,60 @@ class ContextEngine:
             event=event,
         )
 
-    def _failed(
-        self, transcript: tuple[Message, ...], estimate: UsageEstimate, failure: PipelineFailure
-    ) -> CompactionError:
+    async def _keep(
+        self, transcript: tuple[Message, ...], outcome: PipelineOutcome, *, count_failure: bool
+    ) -> None:
+        """Archive what ``outcome`` removed before any view of it leaves the engine.
+
+        Raises:
+            CompactionError: the store failed; ``.view`` is the untouched input.
+        """
+        if self._archive is None or not outcome.removed:
+            return
+        assert self._session_id is not None
+        try:
+            await keep_originals(self._archive, self._session_id, outcome.removed)
+        except ArchiveError as exc:
+            if count_failure:
+                self._count_failure()
+            logger.warning(
+                "session=<%s> | archive write failed; view not rewritten: %s",
+                self._session_id,
+                exc,
+            )
+            raise CompactionError(
+                f"the archive could not store what the rewrite removed ({exc}); the view was "
+                "not rewritten, and .view is the input unchanged",
+                view=transcript,
+                strategy="archive",
+                failures=self.breaker.failures,
+            ) from exc
+
+    async def _handed_out(
+        self, transcript: tuple[Message, ...], outcome: PipelineOutcome
+    ) -> PipelineOutcome:
+        """``outcome`` when its originals are kept, else no rewrite at all.
+
+        For the best view a failed pipeline reached: it goes out on the error
+        only when the archive holds what it removed.
+        """
+        try:
+            await self._keep(transcript, outcome, count_failure=False)
+        except CompactionError:
+            return attrs.evolve(outcome, view=transcript, applied=(), views=(), removed=())
+        return outcome
+
+    def _count_failure(self) -> bool:
         opened = self.breaker.record_failure()
         if opened:
             self._telemetry.breaker_moved(opened=True)
+        return opened
+
+    async def _failed(
+        self, transcript: tuple[Message, ...], estimate: UsageEstimate, failure: PipelineFailure
+    ) -> CompactionError:
+        outcome = await self._handed_out(transcript, failure.outcome)
+        opened = self._count_failure()
         cause = failure.__cause__
         logger.warning(
             "strategy=<%s> failures=<%d> opened=<%s> | pipeline failed: %s",
@@ -567,7 +645,6 @@ class ContextEngine:
             opened,
             cause,
         )
-        outcome = failure.outcome
         view_estimate = self._meter.estimate_outcome(transcript, estimate, outcome)
         commit_view = outcome.view_after_last(self.commit_strategies)
         self._remember(
@@ -612,6 +689,7 @@ class ContextEngine:
             floor_tokens=floor,
             prefix_stable=usage.prefix_stable,
             prefix_reused_tokens=usage.prefix_reused_tokens,
+            references=outcome.references if self._archive is not None else (),
         )
 
     def _span_start(self) -> dict[str, Any]:
@@ -688,6 +766,7 @@ class ContextEngine:
                 strategy=failure.strategy,
                 failures=self.breaker.failures,
             ) from failure.__cause__
+        await self._keep(transcript, outcome, count_failure=False)
         return CommitResult(**await self._finish_forced("manual", transcript, estimate, outcome))
 
     async def recover_overflow(
@@ -731,8 +810,9 @@ class ContextEngine:
         budget = self._budget(transcript, estimate, target, "overflow")
         floor = self._meter.floor_tokens(transcript, estimate, target)
         futile = floor > target
+        forced: PipelineOutcome | None = None
         try:
-            outcome = await run_forced(
+            outcome = forced = await run_forced(
                 [s for s in self._strategies if not (futile and _uses_llm(s))],
                 transcript,
                 budget,
@@ -750,12 +830,14 @@ class ContextEngine:
                 )
                 outcome = chain(outcome, rest)
         except PipelineFailure as failure:
+            reached = failure.outcome if forced is None else chain(forced, failure.outcome)
             raise CompactionError(
                 f"overflow recovery failed in {failure.strategy!r}: {failure.__cause__!r}",
-                view=failure.outcome.view,
+                view=(await self._handed_out(transcript, reached)).view,
                 strategy=failure.strategy,
                 failures=self.breaker.failures,
             ) from failure.__cause__
+        await self._keep(transcript, outcome, count_failure=False)
         if outcome.changed:
             self._breaker_success()
         fields = await self._finish_forced(
@@ -830,6 +912,34 @@ class ContextEngine:
             "split_turn": info.is_split_turn if info else False,
         }
 
+    # -- archive -------------------------------------------------------------------------
+
+    @property
+    def archive(self) -> Archive | None:
+        """The archive originals are kept in, or None."""
+        return self._archive
+
+    @property
+    def session_id(self) -> str | None:
+        """The session references are scoped by, or None."""
+        return self._session_id
+
+    async def recall(self, reference: str) -> tuple[Message, ...]:
+        """The originals a placeholder, marker or checkpoint of this session names.
+
+        Raises:
+            ConfigurationError: the engine has no archive.
+            RecallError: the reference is not in this session's archive (a
+                reference shown to another session is refused).
+            ArchiveError: the store failed.
+        """
+        if self._archive is None or self._session_id is None:
+            raise ConfigurationError(
+                "this engine keeps no archive; build it with archive= and session_id= to "
+                "recall what rewrites removed"
+            )
+        return await recall_originals(self._archive, self._session_id, reference)
+
     # -- blocking twins ----------------------------------------------------------------
 
     def project_sync(self, messages: Sequence[Message]) -> Projection:
@@ -851,4 +961,9 @@ class ContextEngine:
         result: RecoveryResult = run_blocking(
             lambda: self.recover_overflow(messages, error), "recover_overflow"
         )
+        return result
+
+    def recall_sync(self, reference: str) -> tuple[Message, ...]:
+        """Blocking `recall`; raises `BlockingCallInEventLoopError` inside a running loop."""
+        result: tuple[Message, ...] = run_blocking(lambda: self.recall(reference), "recall")
         return result

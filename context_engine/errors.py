@@ -9,7 +9,9 @@ The tree::
     ├── BlockingCallInEventLoopError (RuntimeError)
     │                                           a ``*_sync`` twin called inside a running loop
     ├── CompactionError (RuntimeError)          the pipeline failed; ``.view`` is usable
-    └── SummarizerError (RuntimeError)          a summarizer failed or returned nothing usable
+    ├── SummarizerError (RuntimeError)          a summarizer failed or returned nothing usable
+    └── ArchiveError (RuntimeError)             an archive store failed or holds unreadable data
+        └── RecallError (LookupError)           a reference is not in this session's archive
 
 Every error is a ``ContextEngineError``; where a builtin fits, it is a subclass of
 that builtin too, so existing ``except ValueError`` code keeps working.
@@ -24,11 +26,13 @@ if TYPE_CHECKING:
     from context_engine.messages import Message
 
 __all__ = [
+    "ArchiveError",
     "BlockingCallInEventLoopError",
     "CompactionError",
     "ConfigurationError",
     "ContextEngineError",
     "InvalidMessageError",
+    "RecallError",
     "SummarizerError",
     "TranscriptFormatError",
 ]
@@ -61,6 +65,33 @@ class BlockingCallInEventLoopError(ContextEngineError, RuntimeError):
 
 class SummarizerError(ContextEngineError, RuntimeError):
     """A summarizer raised, timed out, or returned text that cannot be a checkpoint."""
+
+
+class ArchiveError(ContextEngineError, RuntimeError):
+    """An archive store could not be reached, refused a write, or holds unreadable data.
+
+    During ``project``, ``compact`` and ``recover_overflow`` a failed write is
+    raised as `CompactionError` (``strategy="archive"``) with this error as its
+    cause: the rewrite is then not applied, so no view loses what the store
+    did not keep.
+    """
+
+
+class RecallError(ArchiveError, LookupError):
+    """A reference is unknown to the archive of this session (or belongs to another one).
+
+    Attributes:
+        reference: The reference asked for.
+        session_id: The session it was looked up in.
+    """
+
+    def __init__(self, reference: str, session_id: str) -> None:
+        super().__init__(
+            f"reference {reference!r} is not in the archive of session {session_id!r}; "
+            "references are only valid in the session whose view showed them"
+        )
+        self.reference = reference
+        self.session_id = session_id
 
 
 class CompactionError(ContextEngineError, RuntimeError):

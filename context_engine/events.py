@@ -39,6 +39,8 @@ class SummaryInfo:
         duration: Wall time in seconds, LLM calls included.
         read_files: Files read in the compacted history.
         modified_files: Files modified in the compacted history.
+        references: The archive reference of the range this checkpoint replaced
+            (empty without an archive).
     """
 
     tokens_before: int
@@ -53,6 +55,7 @@ class SummaryInfo:
     duration: float = 0.0
     read_files: tuple[str, ...] = ()
     modified_files: tuple[str, ...] = ()
+    references: tuple[str, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -97,6 +100,8 @@ class RewriteEvent:
             provider's prompt cache can reuse); None on an engine's first call.
         prefix_reused_tokens: Tokens of the messages the view shares with the
             previous view from the start (fixed overhead included).
+        references: Archive references this rewrite created, in the order the
+            strategies wrote them (empty without an archive).
     """
 
     reason: RewriteReason
@@ -113,6 +118,7 @@ class RewriteEvent:
     floor_tokens: int = 0
     prefix_stable: bool | None = None
     prefix_reused_tokens: int = 0
+    references: tuple[str, ...] = ()
 
 
 @attrs.frozen(kw_only=True)

@@ -206,6 +206,8 @@ class Message:
     _token_cache: dict[str, int] = attrs.field(
         factory=dict, init=False, eq=False, hash=False, repr=False
     )
+    # The archive digest of the message (context_engine.archive.reference), computed once.
+    _digest: str | None = attrs.field(default=None, init=False, eq=False, hash=False, repr=False)
     # The tool calls, derived once from the (immutable) content on first use.
     _calls: tuple[ToolCall, ...] | None = attrs.field(
         default=None, init=False, eq=False, hash=False, repr=False
@@ -302,15 +304,20 @@ _SUMMARY_RE = regex.compile(
 )
 _ATTR_RE = regex.compile(r'\s([a-z-]+)="([^"]*)"')
 _FILES_RE = regex.compile(
-    r"\n<(?P<tag>read-files|modified-files)>\n(?P<items>.*?)\n</(?P=tag)>(?=\n<|\Z)", regex.DOTALL
+    r"\n<(?P<tag>read-files|modified-files|archived-history)>\n(?P<items>.*?)\n</(?P=tag)>(?=\n<|\Z)",
+    regex.DOTALL,
 )
 
 
 # Tags of the rendering that a summary text may contain too. In the body each
 # gets one more backslash after its "<" (``</context-summary>`` becomes
 # ``<\/context-summary>``), which parsing removes again: reversible for any text.
-_TAG_ESCAPE_RE = regex.compile(r"<(\\*)(/context-summary|read-files|modified-files)>")
-_TAG_UNESCAPE_RE = regex.compile(r"<\\(\\*)(/context-summary|read-files|modified-files)>")
+_TAG_ESCAPE_RE = regex.compile(
+    r"<(\\*)(/context-summary|read-files|modified-files|archived-history)>"
+)
+_TAG_UNESCAPE_RE = regex.compile(
+    r"<\\(\\*)(/context-summary|read-files|modified-files|archived-history)>"
+)
 
 
 def _escape_body(text: str) -> str:
@@ -326,7 +333,11 @@ def _render_summary(summary: ContextSummary) -> tuple[Block, ...]:
     if summary.timestamp is not None:
         attributes += f' timestamp="{summary.timestamp.isoformat()}"'
     parts = [f"{_SUMMARY_OPEN}{attributes}>", _escape_body(summary.summary)]
-    sections = (("read-files", summary.read_files), ("modified-files", summary.modified_files))
+    sections = (
+        ("read-files", summary.read_files),
+        ("modified-files", summary.modified_files),
+        ("archived-history", summary.references),
+    )
     for tag, files in sections:
         if files:
             parts.append(f"<{tag}>\n" + "\n".join(files) + f"\n</{tag}>")
@@ -336,11 +347,15 @@ def _render_summary(summary: ContextSummary) -> tuple[Block, ...]:
 
 def _to_str_tuple(value: Iterable[str]) -> tuple[str, ...]:
     if isinstance(value, str):
-        raise InvalidMessageError("file lists must be sequences of paths, not one str")
+        raise InvalidMessageError(
+            "file lists and references must be sequences of str, not one str"
+        )
     paths = tuple(value)
     for path in paths:
         if not isinstance(path, str) or "\n" in path:
-            raise InvalidMessageError(f"file paths must be str without newlines, got {path!r}")
+            raise InvalidMessageError(
+                f"file paths and references must be str without newlines, got {path!r}"
+            )
     return paths
 
 
@@ -356,6 +371,8 @@ class ContextSummary(Message):
         tokens_before: Tokens of the view the checkpoint was made from.
         read_files: Files read in the summarized history.
         modified_files: Files modified in the summarized history.
+        references: Archive references of the history this checkpoint (and the
+            checkpoints before it) replaced, oldest first; empty without an archive.
     """
 
     role: Role = attrs.field(default="user", init=False)
@@ -363,6 +380,7 @@ class ContextSummary(Message):
     tokens_before: int = attrs.field(default=0, kw_only=True, validator=_non_negative_int)
     read_files: tuple[str, ...] = attrs.field(default=(), kw_only=True, converter=_to_str_tuple)
     modified_files: tuple[str, ...] = attrs.field(default=(), kw_only=True, converter=_to_str_tuple)
+    references: tuple[str, ...] = attrs.field(default=(), kw_only=True, converter=_to_str_tuple)
     content: tuple[Block, ...] = attrs.field(init=False)
 
     @content.default
@@ -391,7 +409,11 @@ def parse_context_summary(
         return None
     attributes = dict(_ATTR_RE.findall(match["attrs"]))
     body = match["body"]
-    files: dict[str, tuple[str, ...]] = {"read-files": (), "modified-files": ()}
+    files: dict[str, tuple[str, ...]] = {
+        "read-files": (),
+        "modified-files": (),
+        "archived-history": (),
+    }
     while (found := _last_files_section(body)) is not None:
         start, tag, items = found
         files[tag] = tuple(items.split("\n"))
@@ -407,6 +429,7 @@ def parse_context_summary(
         tokens_before=tokens_before,
         read_files=files["read-files"],
         modified_files=files["modified-files"],
+        references=files["archived-history"],
         metadata=dict(metadata or {}),
         timestamp=timestamp,
     )

@@ -14,6 +14,7 @@ import attrs
 from context_engine.messages import Message
 
 __all__ = [
+    "ARCHIVED_KEY",
     "CLEARED_KEY",
     "TRIMMED_KEY",
     "TRUNCATION_KEY",
@@ -22,6 +23,8 @@ __all__ = [
     "is_user_message",
 ]
 
+ARCHIVED_KEY = "context_engine.archived"
+"""Metadata key on a shortened message or marker: the archive references it names."""
 CLEARED_KEY = "context_engine.cleared"
 """Metadata key on a tool result whose content microcompact replaced."""
 TRIMMED_KEY = "context_engine.trimmed"

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import attrs
 
 from context_engine import ContextSummary, Message, ToolCall
-from context_engine.strategies.base import Budget, StrategyResult
+from context_engine.strategies.base import Budget, Removal, StrategyResult
 from context_engine.structure import analyze
 
 
@@ -43,7 +43,11 @@ class ShrinkToolResults:
                 replaced.append(message)
             else:
                 out.append(message)
-        return StrategyResult(messages=out, applied=bool(replaced), replaced=replaced)
+        return StrategyResult(
+            messages=out,
+            applied=bool(replaced),
+            removed=[Removal("tool_result", (m,)) for m in replaced],
+        )
 
 
 @attrs.define
@@ -92,7 +96,9 @@ class Checkpointer:
             return StrategyResult.unchanged(view)
         checkpoint = ContextSummary(summary=self.summary, tokens_before=0)
         out = [*view[:start], checkpoint, *(view[i] for i in keep)]
-        return StrategyResult(messages=out, applied=True, replaced=removed)
+        return StrategyResult(
+            messages=out, applied=True, removed=[Removal("messages", removed)]
+        )
 
     async def apply(
         self, transcript: Sequence[Message], view: Sequence[Message], budget: Budget

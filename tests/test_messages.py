@@ -101,17 +101,17 @@ INVALID: list[tuple[str, Callable[[], object], str]] = [
     (
         "file list given as one string",
         lambda: ContextSummary(summary="s", read_files="a.py"),
-        "file lists must be sequences of paths, not one str",
+        "file lists and references must be sequences of str, not one str",
     ),
     (
         "file path that is not a string",
         lambda: ContextSummary(summary="s", modified_files=[1]),  # type: ignore[list-item]
-        "file paths must be str without newlines, got 1",
+        "file paths and references must be str without newlines, got 1",
     ),
     (
         "file path with a newline",
         lambda: ContextSummary(summary="s", read_files=["a\nb"]),
-        "file paths must be str without newlines",
+        "file paths and references must be str without newlines",
     ),
     (
         "negative tokens_before",

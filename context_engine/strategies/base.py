@@ -7,15 +7,21 @@ from typing import Literal, Protocol, runtime_checkable
 
 import attrs
 
+from context_engine.archive.base import RecordKind
+from context_engine.archive.reference import reference_for
 from context_engine.events import SummaryInfo
-from context_engine.messages import Message
+from context_engine.messages import Message, TextBlock
+from context_engine.structure import ARCHIVED_KEY
 from context_engine.tokens import TokenCounter
 
 __all__ = [
     "Budget",
     "ForceCompactionStrategy",
+    "Removal",
     "Strategy",
     "StrategyResult",
+    "archived_copy",
+    "reference_note",
     "replace_oldest_first",
 ]
 
@@ -34,6 +40,8 @@ class Budget:
         overhead_tokens: Fixed prompt parts (tool schemas) sent with every call.
         reason: Why the pipeline runs: ``threshold`` (``project``), ``manual``
             (``compact``) or ``overflow`` (``recover_overflow``).
+        archiving: The engine keeps every original in an archive: placeholders,
+            markers and checkpoints must name the references of what they replace.
     """
 
     tokens: int
@@ -43,6 +51,7 @@ class Budget:
     measure: Callable[[Sequence[Message]], int] = attrs.field(eq=False, repr=False)
     overhead_tokens: int = 0
     reason: Literal["threshold", "manual", "overflow"] = "threshold"
+    archiving: bool = False
 
     @property
     def excess(self) -> int:
@@ -59,6 +68,43 @@ def _message_tuple(messages: Iterable[Message]) -> tuple[Message, ...]:
     return tuple(messages)
 
 
+@attrs.frozen
+class Removal:
+    """Originals one rewrite removed or shortened, archived under one reference.
+
+    Attributes:
+        kind: ``tool_result`` (a cleared result), ``text`` (a trimmed message)
+            or ``messages`` (a range a checkpoint replaced or truncation dropped).
+        originals: The messages as they were in the view, in view order.
+    """
+
+    kind: RecordKind
+    originals: tuple[Message, ...] = attrs.field(converter=_message_tuple)
+
+    @property
+    def reference(self) -> str:
+        """The archive reference of the originals (a pure function of their content)."""
+        return reference_for(self.originals)
+
+
+def reference_note(reference: str) -> str:
+    """The line a shortened message gets so the agent can fetch its original back."""
+    return f"[Original archived as {reference}; the recall_context tool returns it.]"
+
+
+def archived_copy(shortened: Message, reference: str) -> Message:
+    """``shortened`` naming ``reference``: one more text block and `ARCHIVED_KEY` in metadata."""
+    return attrs.evolve(
+        shortened,
+        content=(*shortened.content, TextBlock(reference_note(reference))),
+        metadata={**shortened.metadata, ARCHIVED_KEY: [reference]},
+    )
+
+
+def _removal_tuple(removals: Iterable[Removal]) -> tuple[Removal, ...]:
+    return tuple(removals)
+
+
 @attrs.frozen(kw_only=True)
 class StrategyResult:
     """What one strategy run did.
@@ -69,8 +115,8 @@ class StrategyResult:
         tokens_saved: Estimated tokens removed.
         info: Checkpoint details when a checkpoint was written.
         error: A recoverable problem behind a no-op (a seed that failed).
-        replaced: The original messages this run removed or shortened, in view
-            order, so an archive can keep them.
+        removed: What this run removed or shortened, one `Removal` per
+            reference it wrote into the view, so an archive can keep the originals.
     """
 
     messages: tuple[Message, ...] = attrs.field(converter=_message_tuple)
@@ -78,7 +124,12 @@ class StrategyResult:
     tokens_saved: int = 0
     info: SummaryInfo | None = None
     error: str | None = None
-    replaced: tuple[Message, ...] = attrs.field(default=(), converter=_message_tuple)
+    removed: tuple[Removal, ...] = attrs.field(default=(), converter=_removal_tuple)
+
+    @property
+    def replaced(self) -> tuple[Message, ...]:
+        """Every original this run removed or shortened, in the order of ``removed``."""
+        return tuple(message for removal in self.removed for message in removal.originals)
 
     @classmethod
     def unchanged(cls, view: Sequence[Message], *, error: str | None = None) -> StrategyResult:
@@ -89,33 +140,40 @@ class StrategyResult:
 def replace_oldest_first(
     view: Sequence[Message],
     replacements: Iterable[tuple[int, Callable[[], Message]]],
-    counter: TokenCounter,
+    budget: Budget,
     goal: int,
+    kind: RecordKind,
 ) -> StrategyResult:
     """Swap messages for shorter versions, in the order given, until ``goal`` tokens are saved.
 
     ``replacements`` yields ``(index, make)`` pairs; ``make()`` builds the
-    shorter message and is only called while more saving is needed. A
-    replacement that would not save anything is skipped. The shared loop of
-    the strategies that shorten messages in place (microcompact, light trim).
+    shorter message and is only called while more saving is needed. When the
+    budget is archiving, the shorter message also names its original's
+    reference. A replacement that would not save anything is skipped. The
+    shared loop of the strategies that shorten messages in place (microcompact,
+    light trim).
     """
+    counter = budget.counter
     messages = list(view)
-    replaced: list[Message] = []
+    removed: list[Removal] = []
     saved = 0
     for index, make in replacements:
         if saved >= goal:
             break
         original = view[index]
+        removal = Removal(kind, (original,))
         shorter = make()
+        if budget.archiving:
+            shorter = archived_copy(shorter, removal.reference)
         delta = counter.count_message(original) - counter.count_message(shorter)
         if delta <= 0:
             continue
         messages[index] = shorter
-        replaced.append(original)
+        removed.append(removal)
         saved += delta
-    if not replaced:
+    if not removed:
         return StrategyResult.unchanged(view)
-    return StrategyResult(messages=messages, applied=True, tokens_saved=saved, replaced=replaced)
+    return StrategyResult(messages=messages, applied=True, tokens_saved=saved, removed=removed)
 
 
 @runtime_checkable

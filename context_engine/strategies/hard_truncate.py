@@ -44,9 +44,16 @@ import regex
 
 from context_engine.errors import ConfigurationError
 from context_engine.messages import Block, Message, TextBlock
-from context_engine.strategies.base import Budget, StrategyResult
+from context_engine.strategies.base import Budget, Removal, StrategyResult, archived_copy
 from context_engine.strategies.light_trim import trim_text
-from context_engine.structure import TRIMMED_KEY, TRUNCATION_KEY, Shape, analyze, is_user_message
+from context_engine.structure import (
+    ARCHIVED_KEY,
+    TRIMMED_KEY,
+    TRUNCATION_KEY,
+    Shape,
+    analyze,
+    is_user_message,
+)
 from context_engine.tokens import TokenCounter
 
 __all__ = [
@@ -70,16 +77,30 @@ _TRIM_MEASURES = 3
 _TRIM_MARKER = regex.compile(r"\n\[\d+ characters trimmed\]\n")
 # Cutting fewer characters than the marker takes would lengthen the text.
 _MARKER_ROOM = len("\n[0000000000 characters trimmed]\n")
+# Stands for the reference of the next drop while candidate views are sized (same length).
+_SIZING_REFERENCE = "arc-" + "0" * 20
 
 
-def truncation_marker(count: int) -> Message:
-    """The marker message standing for ``count`` dropped messages."""
+def truncation_marker(count: int, references: Sequence[str] = ()) -> Message:
+    """The marker message standing for ``count`` dropped messages.
+
+    With ``references`` (the engine keeps an archive), the marker names them
+    so the agent can fetch the dropped messages back.
+    """
     plural = "message was" if count == 1 else "messages were"
-    text = (
-        f"[Context truncated: {count} older {plural} removed to fit the context window; "
-        "re-read or re-run anything you still need from them.]"
-    )
-    metadata: Mapping[str, Any] = {TRUNCATION_KEY: count}
+    if references:
+        text = (
+            f"[Context truncated: {count} older {plural} removed to fit the context window. "
+            f"They are archived as {', '.join(references)}; the recall_context tool returns "
+            "them.]"
+        )
+        metadata: Mapping[str, Any] = {TRUNCATION_KEY: count, ARCHIVED_KEY: list(references)}
+    else:
+        text = (
+            f"[Context truncated: {count} older {plural} removed to fit the context window; "
+            "re-read or re-run anything you still need from them.]"
+        )
+        metadata = {TRUNCATION_KEY: count}
     return Message("user", text, metadata=metadata)
 
 
@@ -128,21 +149,21 @@ class HardTruncate:
         if budget.tokens <= budget.threshold:
             return StrategyResult.unchanged(view)
         tokens_before = budget.measure(view)
-        messages, replaced, tokens_after = _truncate(
+        messages, removed, tokens_after = _truncate(
             view, budget, self.max_user_share, tokens_before
         )
-        if not replaced or tokens_after >= tokens_before:
+        if not removed or tokens_after >= tokens_before:
             # Nothing to drop, or a few tiny messages weigh less than the marker.
             return StrategyResult.unchanged(view)
         logger.debug(
             "strategy=<%s> tokens=<%s> dropped=<%s> | rewrite applied",
-            self.name, tokens_after, len(replaced),
+            self.name, tokens_after, sum(len(r.originals) for r in removed),
         )
         return StrategyResult(
             messages=messages,
             applied=True,
             tokens_saved=max(0, budget.tokens - tokens_after),
-            replaced=replaced,
+            removed=removed,
         )
 
 
@@ -159,11 +180,11 @@ def truncate_view(
         The new view and the originals it removed or shortened, in view order
         (both equal to ``(view, ())`` when nothing changed).
     """
-    messages, replaced, _ = _truncate(view, budget, max_user_share, budget.tokens)
-    return messages, replaced
+    messages, removed, _ = _truncate(view, budget, max_user_share, budget.tokens)
+    return messages, tuple(m for removal in removed for m in removal.originals)
 
 
-_Assembled = tuple[tuple[Message, ...], tuple[Message, ...]]
+_Assembled = tuple[tuple[Message, ...], tuple[Removal, ...]]
 
 
 @attrs.frozen
@@ -176,16 +197,25 @@ class _Cut:
     prior: int
     user_index: int
     units: tuple[range, ...]
+    archiving: bool
+    prior_references: tuple[str, ...]
 
     @classmethod
-    def of(cls, view: Sequence[Message]) -> _Cut:
+    def of(cls, view: Sequence[Message], archiving: bool) -> _Cut:
         """Read the marker slot, the newest user message and the units of ``view``."""
         shape = analyze(view)
         slot, start = _droppable_start(view, shape)
         prior = int(view[slot].metadata[TRUNCATION_KEY]) if start > slot else 0
+        earlier = view[slot].metadata.get(ARCHIVED_KEY, ()) if start > slot else ()
         user_index = shape.last_user if shape.last_user >= start else -1
         units = tuple(_drop_order(view, shape, start, user_index))
-        return cls(view, slot, start, prior, user_index, units)
+        return cls(view, slot, start, prior, user_index, units, archiving, tuple(earlier))
+
+    def marker(self, count: int, reference: str) -> Message:
+        """The marker for ``count`` dropped messages in all, the newest drop named ``reference``."""
+        if not self.archiving:
+            return truncation_marker(count)
+        return truncation_marker(count, (*self.prior_references, reference))
 
     def dropped_count(self, taken: int) -> int:
         """Messages in the first ``taken`` units."""
@@ -194,22 +224,21 @@ class _Cut:
     def marker_tokens(self, counter: TokenCounter, taken: int) -> int:
         """Tokens of the marker a view with the first ``taken`` units dropped carries."""
         if taken:
-            return counter.count_message(truncation_marker(self.prior + self.dropped_count(taken)))
+            marker = self.marker(self.prior + self.dropped_count(taken), _SIZING_REFERENCE)
+            return counter.count_message(marker)
         return counter.count_message(self.view[self.slot]) if self.start > self.slot else 0
 
     def assemble(self, taken: int, trimmed: Message | None = None) -> _Assembled:
         """The view with the first ``taken`` units dropped (and ``trimmed`` in place)."""
         dropped = {index for unit in self.units[:taken] for index in unit}
-        return _assemble(
-            self.view, self.slot, self.start, self.prior, dropped, self.user_index, trimmed
-        )
+        return _assemble(self, dropped, trimmed)
 
 
 def _truncate(
     view: Sequence[Message], budget: Budget, max_user_share: float, tokens: int
-) -> tuple[tuple[Message, ...], tuple[Message, ...], int]:
+) -> tuple[tuple[Message, ...], tuple[Removal, ...], int]:
     """`truncate_view` of a view of ``tokens`` tokens, also returning the new view's measure."""
-    cut = _Cut.of(view)
+    cut = _Cut.of(view, budget.archiving)
     (messages, replaced), tokens = _drop_units(cut, budget, tokens)
     if tokens > budget.threshold and cut.user_index >= 0:
         share_floor = int(max_user_share * budget.threshold)
@@ -271,6 +300,8 @@ def _trim_newest(
         trimmed = trim_user_message(original, counter, limit)
         if trimmed is None or trimmed == current:
             break
+        if cut.archiving:
+            trimmed = archived_copy(trimmed, Removal("text", (original,)).reference)
         current = trimmed
         candidate = cut.assemble(len(cut.units), trimmed)
         tokens = budget.measure(candidate[0])
@@ -316,34 +347,27 @@ def _drop_order(
     return units
 
 
-def _assemble(
-    view: Sequence[Message],
-    slot: int,
-    start: int,
-    prior: int,
-    dropped: set[int],
-    user_index: int,
-    trimmed: Message | None,
-) -> tuple[tuple[Message, ...], tuple[Message, ...]]:
-    """Build the truncated view and the list of originals it removed or shortened."""
+def _assemble(cut: _Cut, dropped: set[int], trimmed: Message | None) -> _Assembled:
+    """Build the truncated view and what it removed: the dropped range, the trimmed message."""
+    view = cut.view
     if not dropped and trimmed is None:
         return tuple(view), ()
-    kept: list[Message] = list(view[:slot])
-    if dropped:
-        kept.append(truncation_marker(prior + len(dropped)))
+    gone = tuple(view[index] for index in sorted(dropped))
+    removed: list[Removal] = [Removal("messages", gone)] if gone else []
+    kept: list[Message] = list(view[: cut.slot])
+    if gone:
+        kept.append(cut.marker(cut.prior + len(gone), removed[0].reference))
     else:
-        kept.extend(view[slot:start])
-    replaced: list[Message] = []
-    for index in range(start, len(view)):
-        message = view[index]
+        kept.extend(view[cut.slot : cut.start])
+    for index in range(cut.start, len(view)):
         if index in dropped:
-            replaced.append(message)
-        elif index == user_index and trimmed is not None:
-            replaced.append(message)
+            continue
+        if index == cut.user_index and trimmed is not None:
+            removed.append(Removal("text", (view[index],)))
             kept.append(trimmed)
         else:
-            kept.append(message)
-    return tuple(kept), tuple(replaced)
+            kept.append(view[index])
+    return tuple(kept), tuple(removed)
 
 
 def trim_user_message(message: Message, counter: TokenCounter, limit: int) -> Message | None:

@@ -122,7 +122,7 @@ class LightTrim:
             return StrategyResult.unchanged(view)
         replacements = ((index, partial(self.trim, view[index])) for index in self.candidates(view))
         result = replace_oldest_first(
-            view, replacements, budget.counter, budget.tokens - budget.threshold
+            view, replacements, budget, budget.tokens - budget.threshold, "text"
         )
         if result.applied:
             logger.debug(

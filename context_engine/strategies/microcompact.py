@@ -209,7 +209,7 @@ class ToolResultMicrocompact:
             for index, call in self._candidates(view, budget.counter)
         )
         result = replace_oldest_first(
-            view, replacements, budget.counter, self._tokens_to_save(budget)
+            view, replacements, budget, self._tokens_to_save(budget), "tool_result"
         )
         if result.applied:
             logger.debug(

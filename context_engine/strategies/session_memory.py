@@ -22,7 +22,7 @@ import attrs
 from context_engine.errors import ConfigurationError
 from context_engine.events import SummaryInfo
 from context_engine.messages import ContextSummary, Message
-from context_engine.strategies.base import Budget, StrategyResult
+from context_engine.strategies.base import Budget, Removal, StrategyResult
 from context_engine.structure import analyze
 from context_engine.summarize.cut import (
     CutPoint,
@@ -186,7 +186,13 @@ class SessionMemory:
         started: float,
     ) -> StrategyResult:
         """The view with the checkpoint, or a recorded no-op when it would not shrink."""
-        checkpoint = ContextSummary(summary=text, tokens_before=tokens_before)
+        removal = Removal("messages", replaced_messages(view, cut))
+        previous = view[cut.lead_end] if cut.start > cut.lead_end else None
+        earlier = previous.references if isinstance(previous, ContextSummary) else ()
+        references = (*earlier, removal.reference) if budget.archiving else ()
+        checkpoint = ContextSummary(
+            summary=text, tokens_before=tokens_before, references=references
+        )
         messages = rebuild_view(view, cut, checkpoint)
         tokens_after = budget.measure(messages)
         if tokens_after >= tokens_before:
@@ -197,7 +203,7 @@ class SessionMemory:
                     f"({tokens_before} -> {tokens_after} tokens)"
                 ),
             )
-        replaced = replaced_messages(view, cut)
+        replaced = removal.originals
         info = SummaryInfo(
             tokens_before=tokens_before,
             tokens_after=tokens_after,
@@ -208,6 +214,7 @@ class SessionMemory:
             is_split_turn=cut.is_split_turn,
             summary_chars=len(text),
             duration=time.perf_counter() - started,
+            references=references[-1:],
         )
         logger.debug("strategy=<%s> tokens=<%s> | rewrite applied", self.name, tokens_after)
         return StrategyResult(
@@ -215,7 +222,7 @@ class SessionMemory:
             applied=True,
             tokens_saved=tokens_before - tokens_after,
             info=info,
-            replaced=replaced,
+            removed=(removal,),
         )
 
     async def _read_seed(self) -> tuple[str | None, str]:

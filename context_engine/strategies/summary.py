@@ -15,7 +15,7 @@ from context_engine.errors import ConfigurationError
 from context_engine.events import SummaryInfo
 from context_engine.messages import ContextSummary, Message
 from context_engine.redact import Redactor, redact_messages
-from context_engine.strategies.base import Budget, StrategyResult
+from context_engine.strategies.base import Budget, Removal, StrategyResult
 from context_engine.structure import analyze
 from context_engine.summarize.cut import (
     CutPoint,
@@ -150,7 +150,9 @@ class FullSummary:
             # Recorded as a no-op so the pipeline's next strategy still runs.
             return StrategyResult.unchanged(view, error=problem)
         text = await self._write(call, history, prefix, previous)
-        checkpoint = self._checkpoint(text, history + prefix, previous, budget.tokens)
+        removal = Removal("messages", replaced_messages(view, cut))
+        references = _references(previous, removal) if budget.archiving else ()
+        checkpoint = self._checkpoint(text, history + prefix, previous, budget.tokens, references)
         compacted = rebuild_view(view, cut, checkpoint)
         compacted = await self._run_hooks(compacted, cut, budget, checkpoint, started)
         after = budget.measure(compacted)
@@ -164,7 +166,7 @@ class FullSummary:
             applied=True,
             tokens_saved=budget.tokens - after,
             info=info,
-            replaced=replaced_messages(view, cut),
+            removed=(removal,),
         )
 
     def _summary_call(self, budget: Budget, instructions: str | None) -> SummaryCall:
@@ -209,6 +211,7 @@ class FullSummary:
         compacted: tuple[Message, ...],
         previous: Message | None,
         tokens_before: int,
+        references: tuple[str, ...],
     ) -> ContextSummary:
         activity = track_files(compacted, self.file_tools)
         if isinstance(previous, ContextSummary):
@@ -218,6 +221,7 @@ class FullSummary:
             tokens_before=tokens_before,
             read_files=activity.read,
             modified_files=activity.modified,
+            references=references,
         )
 
     async def _run_hooks(
@@ -277,7 +281,14 @@ class FullSummary:
             duration=time.perf_counter() - started,
             read_files=checkpoint.read_files,
             modified_files=checkpoint.modified_files,
+            references=checkpoint.references[-1:],
         )
+
+
+def _references(previous: Message | None, removal: Removal) -> tuple[str, ...]:
+    """The references a checkpoint names: its predecessor's, then its own range's."""
+    earlier = previous.references if isinstance(previous, ContextSummary) else ()
+    return (*earlier, removal.reference)
 
 
 def _check_hook_messages(messages: tuple[Message, ...]) -> None:

@@ -135,9 +135,10 @@ async def run(
     assert len(found) <= 1
     position = {id(m): i for i, m in enumerate(view)}
     assert all(id(m) in position for m in result.replaced)
-    assert [position[id(m)] for m in result.replaced] == sorted(
-        position[id(m)] for m in result.replaced
-    )
+    for removal in result.removed:  # each removal keeps its originals in view order
+        order = [position[id(m)] for m in removal.originals]
+        assert order == sorted(order)
+    assert [r.kind for r in result.removed] in (["messages"], ["text"], ["messages", "text"])
     in_view = {id(m) for m in view}
     trimmed = [
         m

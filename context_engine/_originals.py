@@ -1,0 +1,61 @@
+"""Keeping the originals a rewrite removed, and fetching them back, through an `Archive`."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from context_engine.archive.base import Archive, ArchiveRecord
+from context_engine.errors import ArchiveError, RecallError
+from context_engine.messages import Message
+from context_engine.strategies.base import Removal
+
+__all__ = ["keep_originals", "recall_originals"]
+
+logger = logging.getLogger(__name__)
+
+
+async def keep_originals(archive: Archive, session_id: str, removed: Sequence[Removal]) -> None:
+    """Store every removal's originals under its reference, in one write.
+
+    Raises:
+        ArchiveError: the store failed; the cause is chained.
+    """
+    if not removed:
+        return
+    records: dict[str, ArchiveRecord] = {}
+    for removal in removed:
+        reference = removal.reference
+        if reference not in records:
+            records[reference] = ArchiveRecord(
+                reference=reference, kind=removal.kind, messages=removal.originals
+            )
+    try:
+        await archive.put(session_id, list(records.values()))
+    except ArchiveError:
+        raise
+    except Exception as exc:  # a third-party store: any failure means "not kept"
+        raise ArchiveError(f"the archive failed to store the originals: {exc!r}") from exc
+    logger.debug("session=<%s> records=<%d> | originals archived", session_id, len(records))
+
+
+async def recall_originals(
+    archive: Archive, session_id: str, reference: str
+) -> tuple[Message, ...]:
+    """The originals ``reference`` names in ``session_id``.
+
+    Raises:
+        RecallError: the session's archive has no such reference.
+        ArchiveError: the store failed.
+    """
+    if not isinstance(reference, str):
+        raise RecallError(repr(reference), session_id)
+    try:
+        record = await archive.get(session_id, reference.strip())
+    except ArchiveError:
+        raise
+    except Exception as exc:
+        raise ArchiveError(f"the archive failed to read {reference!r}: {exc!r}") from exc
+    if record is None:
+        raise RecallError(reference, session_id)
+    return record.messages

@@ -1,0 +1,271 @@
+"""The engine with an archive: originals kept before a view leaves, references in the view."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from context_engine import (
+    CompactionError,
+    ConfigurationError,
+    ContextEngine,
+    ContextSummary,
+    ExtractiveSummarizer,
+    Message,
+    RecallError,
+)
+from context_engine.archive import ArchiveRecord, MemoryArchive, find_references
+from context_engine.formats.openai import from_openai
+from context_engine.invariants import check_view
+from context_engine.strategies import HardTruncate, LightTrim, ToolResultMicrocompact
+from context_engine.structure import ARCHIVED_KEY, CLEARED_KEY, TRUNCATION_KEY
+from context_engine.testing import FixedTokenCounter
+from tests.archive.recall_walk import assert_removed_are_recallable, references_in
+from tests.conftest import load_corpus_dicts
+from tests.fakes import Exploding, agent_session
+
+
+class FailingArchive(MemoryArchive):
+    """A store whose writes fail (a full disk, a dead Redis); reads work."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    async def put(self, session_id: str, records: Sequence[ArchiveRecord]) -> None:
+        self.writes += 1
+        raise OSError("disk full")
+
+
+def engine_with(archive: object, window: int = 6_000, **options: object) -> ContextEngine:
+    options.setdefault("session_id", "session-a")
+    options.setdefault("reserve_tokens", window // 10)
+    return ContextEngine.default(
+        window,
+        summarizer=ExtractiveSummarizer(),
+        token_counter=FixedTokenCounter(),
+        archive=archive,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def microcompact_engine(archive: object, window: int = 6_000) -> ContextEngine:
+    return ContextEngine(
+        window,
+        [ToolResultMicrocompact(), LightTrim(), HardTruncate()],
+        reserve_tokens=500,
+        token_counter=FixedTokenCounter(),
+        archive=archive,  # type: ignore[arg-type]
+        session_id="session-a",
+    )
+
+
+async def test_originals_are_archived_before_the_view_is_returned() -> None:
+    """Every cleared tool result names a reference that recalls the result byte for byte."""
+    archive = MemoryArchive()
+    engine = microcompact_engine(archive)
+    session = agent_session(40)
+    result = await engine.project(session)
+    cleared = [m for m in result.messages if m.metadata.get(CLEARED_KEY)]
+    assert len(cleared) >= 10
+    assert len(await archive.records("session-a")) == len(cleared)
+    originals = {m.tool_call_id: m for m in session if m.role == "tool"}
+    for message in cleared:
+        (reference,) = find_references(message.text)
+        assert message.metadata[ARCHIVED_KEY] == [reference]
+        assert await engine.recall(reference) == (originals[message.tool_call_id],)
+    assert check_view(session, result.messages) == []
+
+
+async def test_placeholders_name_the_same_reference_on_every_call() -> None:
+    """Idempotent placeholders: rebuilding the view from the same transcript gives the same text."""
+    session = agent_session(40)
+    first = await microcompact_engine(MemoryArchive()).project(session)
+    second = await microcompact_engine(MemoryArchive()).project(list(session))
+    assert first.messages == second.messages
+    assert references_in(first.messages) == references_in(second.messages)
+
+
+async def test_rewrite_event_and_summary_info_list_the_references_they_created() -> None:
+    archive = MemoryArchive()
+    engine = engine_with(archive, window=4_000)
+    result = await engine.project(agent_session(60))
+    assert result.event is not None and result.event.info is not None
+    stored = {record.reference for record in await archive.records("session-a")}
+    assert set(result.event.references) == stored
+    checkpoint = next(m for m in result.messages if isinstance(m, ContextSummary))
+    assert result.event.info.references == checkpoint.references[-1:]
+    assert checkpoint.references[-1] in stored
+
+
+async def test_a_checkpoint_carries_the_references_of_the_checkpoints_before_it() -> None:
+    engine = engine_with(MemoryArchive(), window=4_000)
+    transcript = agent_session(40)
+    first = await engine.project(transcript)
+    assert first.should_commit and first.commit_messages is not None
+    grown = [*first.commit_messages, *agent_session(40)[2:]]
+    second = await engine.compact(grown)
+    old = next(m for m in first.commit_messages if isinstance(m, ContextSummary))
+    new = next(m for m in second.messages if isinstance(m, ContextSummary))
+    assert new.references[: len(old.references)] == old.references
+    assert len(new.references) == len(old.references) + 1
+    recalled = await engine.recall(new.references[-1])
+    assert old in recalled  # the older checkpoint is part of the range the new one replaced
+
+
+async def test_recall_of_another_sessions_reference_is_refused() -> None:
+    archive = MemoryArchive()
+    ours = microcompact_engine(archive)
+    result = await ours.project(agent_session(40))
+    reference = references_in(result.messages)[0]
+    theirs = ContextEngine(6_000, archive=archive, session_id="session-b")
+    with pytest.raises(RecallError) as info:
+        await theirs.recall(reference)
+    assert info.value.reference == reference and info.value.session_id == "session-b"
+    with pytest.raises(LookupError):  # RecallError is a LookupError too
+        await ours.recall("arc-" + "0" * 20)
+
+
+def test_recall_sync_fetches_the_originals_outside_an_event_loop() -> None:
+    engine = microcompact_engine(MemoryArchive())
+    session = agent_session(40)
+    result = engine.project_sync(session)
+    reference = references_in(result.messages)[0]
+    (original,) = engine.recall_sync(reference)
+    assert original in session
+
+
+def test_recall_without_an_archive_says_how_to_get_one() -> None:
+    with pytest.raises(ConfigurationError, match="archive= and session_id="):
+        ContextEngine(6_000).recall_sync("arc-" + "0" * 20)
+
+
+@pytest.mark.parametrize(
+    ("archive", "session_id", "problem"),
+    [
+        (MemoryArchive(), None, "needs session_id"),
+        (MemoryArchive(), "", "non-empty str"),
+        (MemoryArchive(), "two\nlines", "one line"),
+        (object(), "s", "must implement"),
+    ],
+    ids=["archive-without-session", "empty-session", "multi-line-session", "not-an-archive"],
+)
+def test_bad_archive_settings_fail_at_construction(
+    archive: object, session_id: str | None, problem: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=problem):
+        ContextEngine(6_000, archive=archive, session_id=session_id)  # type: ignore[arg-type]
+
+
+async def test_without_an_archive_placeholders_name_no_reference() -> None:
+    engine = ContextEngine(
+        6_000, [ToolResultMicrocompact()], reserve_tokens=500, token_counter=FixedTokenCounter()
+    )
+    result = await engine.project(agent_session(40))
+    assert result.changed
+    assert references_in(result.messages) == []
+    assert result.event is not None and result.event.references == ()
+
+
+async def test_hard_truncate_marker_names_the_dropped_range() -> None:
+    archive = MemoryArchive()
+    engine = ContextEngine(
+        3_000,
+        [HardTruncate()],
+        reserve_tokens=300,
+        token_counter=FixedTokenCounter(),
+        archive=archive,
+        session_id="session-a",
+    )
+    session = agent_session(30)
+    result = await engine.project(session)
+    assert result.changed
+    checked = await assert_removed_are_recallable(engine, session, result.messages)
+    assert checked >= 10
+    (marker,) = [m for m in result.messages if TRUNCATION_KEY in m.metadata]
+    assert marker.metadata[ARCHIVED_KEY] == find_references(marker.text)
+    assert len(marker.metadata[ARCHIVED_KEY]) == 1
+
+
+# -- failure injection ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("operation", ["project", "compact", "recover_overflow"])
+async def test_a_store_failing_on_write_returns_no_view_that_lost_content(operation: str) -> None:
+    """The rewrite is not applied: the error carries the input unchanged, nothing else leaks."""
+    archive = FailingArchive()
+    events: list[object] = []
+    engine = engine_with(archive, window=4_000, on_project=events.append)
+    session = agent_session(40)
+    with pytest.raises(CompactionError) as info:
+        if operation == "recover_overflow":
+            await engine.recover_overflow(session, "prompt is too long")
+        else:
+            await getattr(engine, operation)(session)
+    assert archive.writes == 1
+    assert info.value.strategy == "archive"
+    assert info.value.view == tuple(session)
+    assert info.value.commit_messages is None
+    assert isinstance(info.value.__cause__, Exception)
+    assert events == []  # no event describes a view that was never handed out
+    assert engine.breaker.failures == (1 if operation == "project" else 0)
+
+
+async def test_a_dead_store_opens_the_breaker_which_then_passes_the_input_through() -> None:
+    archive = FailingArchive()
+    engine = engine_with(archive, window=4_000, max_consecutive_failures=2)
+    session = agent_session(40)
+    for _ in range(2):
+        with pytest.raises(CompactionError):
+            await engine.project(session)
+    skipped = await engine.project(session)
+    assert skipped.strategy == "circuit_breaker"
+    assert skipped.messages == tuple(session)
+
+
+async def test_a_failing_strategy_hands_out_its_best_view_only_when_its_originals_are_kept() -> None:
+    session = agent_session(40)
+    for archive, keeps in ((MemoryArchive(), True), (FailingArchive(), False)):
+        engine = ContextEngine(
+            4_500,
+            [ToolResultMicrocompact(), Exploding()],
+            reserve_tokens=500,
+            token_counter=FixedTokenCounter(),
+            archive=archive,
+            session_id="s",
+        )
+        with pytest.raises(CompactionError) as info:
+            await engine.project(session)
+        assert info.value.strategy == "exploding"
+        if keeps:
+            assert info.value.view != tuple(session)
+            assert await assert_removed_are_recallable(engine, session, info.value.view) >= 10
+        else:
+            assert info.value.view == tuple(session)
+
+
+# -- the dev corpus -------------------------------------------------------------------
+
+
+async def test_every_original_removed_from_a_replayed_corpus_transcript_is_recallable(
+    corpus_path: Path,
+) -> None:
+    """An agent loop with commits over a real transcript: walk every reference of every view."""
+    transcript = from_openai(load_corpus_dicts(corpus_path))
+    total = ContextEngine(10_000_000, token_counter=FixedTokenCounter()).estimate(transcript)
+    window = max(3_000, total.tokens // 4)
+    engine = engine_with(MemoryArchive(), window=window, session_id=corpus_path.stem)
+    running: list[Message] = []
+    checked = rewrites = 0
+    for start in range(0, len(transcript), 9):
+        running += transcript[start : start + 9]
+        result = await engine.project(running)
+        assert check_view(running, result.messages) == []
+        rewrites += result.changed
+        checked += await assert_removed_are_recallable(engine, running, result.messages)
+        if result.should_commit and result.commit_messages is not None:
+            checked += await assert_removed_are_recallable(engine, running, result.commit_messages)
+            running = list(result.commit_messages)
+    assert rewrites > 0 and checked > 0
