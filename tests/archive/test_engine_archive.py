@@ -92,7 +92,8 @@ async def test_rewrite_event_and_summary_info_list_the_references_they_created()
     archive = MemoryArchive()
     engine = engine_with(archive, window=4_000)
     result = await engine.project(agent_session(60))
-    assert result.event is not None and result.event.info is not None
+    assert result.event is not None
+    assert result.event.info is not None
     stored = {record.reference for record in await archive.records("session-a")}
     assert set(result.event.references) == stored
     checkpoint = next(m for m in result.messages if isinstance(m, ContextSummary))
@@ -104,7 +105,8 @@ async def test_a_checkpoint_carries_the_references_of_the_checkpoints_before_it(
     engine = engine_with(MemoryArchive(), window=4_000)
     transcript = agent_session(40)
     first = await engine.project(transcript)
-    assert first.should_commit and first.commit_messages is not None
+    assert first.should_commit
+    assert first.commit_messages is not None
     grown = [*first.commit_messages, *agent_session(40)[2:]]
     second = await engine.compact(grown)
     old = next(m for m in first.commit_messages if isinstance(m, ContextSummary))
@@ -123,7 +125,8 @@ async def test_recall_of_another_sessions_reference_is_refused() -> None:
     theirs = ContextEngine(6_000, archive=archive, session_id="session-b")
     with pytest.raises(RecallError) as info:
         await theirs.recall(reference)
-    assert info.value.reference == reference and info.value.session_id == "session-b"
+    assert info.value.reference == reference
+    assert info.value.session_id == "session-b"
     with pytest.raises(LookupError):  # RecallError is a LookupError too
         await ours.recall("arc-" + "0" * 20)
 
@@ -166,7 +169,8 @@ async def test_without_an_archive_placeholders_name_no_reference() -> None:
     result = await engine.project(agent_session(40))
     assert result.changed
     assert references_in(result.messages) == []
-    assert result.event is not None and result.event.references == ()
+    assert result.event is not None
+    assert result.event.references == ()
 
 
 async def test_hard_truncate_marker_names_the_dropped_range() -> None:
@@ -199,11 +203,13 @@ async def test_a_store_failing_on_write_returns_no_view_that_lost_content(operat
     events: list[object] = []
     engine = engine_with(archive, window=4_000, on_project=events.append)
     session = agent_session(40)
+    run = {
+        "project": lambda: engine.project(session),
+        "compact": lambda: engine.compact(session),
+        "recover_overflow": lambda: engine.recover_overflow(session, "prompt is too long"),
+    }[operation]
     with pytest.raises(CompactionError) as info:
-        if operation == "recover_overflow":
-            await engine.recover_overflow(session, "prompt is too long")
-        else:
-            await getattr(engine, operation)(session)
+        await run()
     assert archive.writes == 1
     assert info.value.strategy == "archive"
     assert info.value.view == tuple(session)
@@ -225,7 +231,7 @@ async def test_a_dead_store_opens_the_breaker_which_then_passes_the_input_throug
     assert skipped.messages == tuple(session)
 
 
-async def test_a_failing_strategy_hands_out_its_best_view_only_when_its_originals_are_kept() -> None:
+async def test_a_failing_strategy_hands_out_its_best_view_only_if_its_originals_are_kept() -> None:
     session = agent_session(40)
     for archive, keeps in ((MemoryArchive(), True), (FailingArchive(), False)):
         engine = ContextEngine(
@@ -268,4 +274,5 @@ async def test_every_original_removed_from_a_replayed_corpus_transcript_is_recal
         if result.should_commit and result.commit_messages is not None:
             checked += await assert_removed_are_recallable(engine, running, result.commit_messages)
             running = list(result.commit_messages)
-    assert rewrites > 0 and checked > 0
+    assert rewrites > 0
+    assert checked > 0
