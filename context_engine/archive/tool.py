@@ -1,0 +1,171 @@
+"""`RecallTool`: lets the agent fetch archived originals back by reference.
+
+Give the model `RecallTool.openai_schema` (Chat Completions / Responses function
+tool) or `RecallTool.anthropic_schema` (Messages API tool) next to its other
+tools, and answer its calls with ``await tool(arguments)``. The answer is the
+original text: a cleared tool result comes back as it was, a range of
+messages as labelled lines. Long originals come in pages of ``page_chars``
+characters so a recall cannot flood the window it was removed to protect.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from context_engine._aio import run_blocking
+from context_engine.errors import ArchiveError, ConfigurationError, RecallError
+from context_engine.messages import Message, TextBlock
+from context_engine.summarize.serialize import serialize_message
+
+if TYPE_CHECKING:
+    from context_engine.engine import ContextEngine
+
+__all__ = ["RECALL_TOOL_NAME", "RecallTool"]
+
+logger = logging.getLogger(__name__)
+
+RECALL_TOOL_NAME = "recall_context"
+"""The tool name placeholders and markers tell the agent to call."""
+
+_DESCRIPTION = (
+    "Fetch content that was removed from this conversation to save context space. "
+    "Cleared tool outputs, trimmed texts, truncation notes and context summaries name "
+    "a reference such as arc-0123456789abcdef0123; pass it here to read the original. "
+    "Long originals come in pages: call again with the offset the answer gives."
+)
+
+
+def _parameters() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            "reference": {
+                "type": "string",
+                "description": "The arc-… reference named in the conversation.",
+            },
+            "offset": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "Character offset of the page to read (0 for the first).",
+            },
+        },
+        "required": ["reference"],
+        "additionalProperties": False,
+    }
+
+
+def _positive(instance: object, attribute: attrs.Attribute[int], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 200:
+        raise ConfigurationError(
+            f"RecallTool.{attribute.name} must be an int >= 200 (characters per page), "
+            f"got {value!r}"
+        )
+
+
+def render_originals(messages: tuple[Message, ...]) -> str:
+    """The originals as the model reads them back: a lone tool result as its own text."""
+    if len(messages) == 1 and messages[0].role == "tool":
+        only = messages[0]
+        if all(isinstance(block, TextBlock) for block in only.content):
+            return only.text
+    return "\n\n".join(serialize_message(m, max_tool_result_chars=0) for m in messages)
+
+
+@attrs.frozen(kw_only=True)
+class RecallTool:
+    """The recall tool of one engine: schemas for the model and the handler for its calls.
+
+    Answers are always text for the model: an unknown reference, a reference
+    of another session, bad arguments or an unavailable store come back as a
+    sentence saying so, never as an exception inside the agent loop.
+    """
+
+    engine: ContextEngine
+    """The engine whose archive and session the references belong to."""
+    page_chars: int = attrs.field(default=20_000, validator=_positive)
+    """Characters returned per call; longer originals are paged."""
+
+    name: str = attrs.field(default=RECALL_TOOL_NAME, init=False)
+    """The tool's name as the model sees it: the name placeholders and markers tell it to call."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.engine.archive is None:
+            raise ConfigurationError(
+                "RecallTool needs an engine built with archive= and session_id=; this one "
+                "keeps no archive, so there is nothing to recall"
+            )
+
+    @property
+    def openai_schema(self) -> dict[str, Any]:
+        """The tool for OpenAI's Chat Completions ``tools=`` list."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": _DESCRIPTION,
+                "parameters": _parameters(),
+            },
+        }
+
+    @property
+    def anthropic_schema(self) -> dict[str, Any]:
+        """The tool for Anthropic's Messages API ``tools=`` list."""
+        return {"name": self.name, "description": _DESCRIPTION, "input_schema": _parameters()}
+
+    async def __call__(self, arguments: str | Mapping[str, Any]) -> str:
+        """Answer one call: ``arguments`` as the model sent them (JSON text or a mapping)."""
+        parsed = _parse(arguments)
+        if isinstance(parsed, str):
+            return parsed
+        reference, offset = parsed
+        try:
+            originals = await self.engine.recall(reference)
+        except RecallError:
+            return (
+                f"No archived content for {reference!r} in this conversation. Use a "
+                "reference exactly as it appears in the conversation."
+            )
+        except ArchiveError as exc:
+            logger.warning("reference=<%s> | recall failed: %s", reference, exc)
+            return f"The archive is unavailable right now ({exc}); try again later."
+        return self._page(render_originals(originals), offset)
+
+    def call_sync(self, arguments: str | Mapping[str, Any]) -> str:
+        """Blocking twin of calling the tool; raises inside a running event loop."""
+        answer: str = run_blocking(lambda: self(arguments), "RecallTool")
+        return answer
+
+    def _page(self, text: str, offset: int) -> str:
+        if offset >= len(text) and text:
+            return f"The original has {len(text)} characters; offset {offset} is past its end."
+        page = text[offset : offset + self.page_chars]
+        rest = len(text) - offset - len(page)
+        if rest <= 0:
+            return page
+        return (
+            f"{page}\n[{rest} more characters; call {self.name} again with "
+            f"offset={offset + len(page)} to continue.]"
+        )
+
+
+def _parse(arguments: str | Mapping[str, Any]) -> tuple[str, int] | str:
+    """``(reference, offset)`` from the model's arguments, or a sentence naming the problem."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except ValueError:
+            return 'The arguments must be JSON like {"reference": "arc-…"}.'
+    if not isinstance(arguments, Mapping):
+        return 'The arguments must be an object like {"reference": "arc-…"}.'
+    reference = arguments.get("reference")
+    offset = arguments.get("offset", 0)
+    if not isinstance(reference, str) or not reference.strip():
+        return 'Pass the reference to recall, like {"reference": "arc-…"}.'
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        return "offset must be a whole number of characters, 0 or more."
+    return reference.strip(), offset
