@@ -42,7 +42,12 @@ _OVERFLOW_CODES = frozenset(
     }
 )
 
-_OVERFLOW_CLASS_NAMES = ("ContextWindowExceeded", "ContextLengthExceeded", "PromptTooLong")
+_OVERFLOW_CLASS_NAMES = (
+    "ContextWindowExceeded",
+    "ContextLengthExceeded",
+    "ContextWindowOverflow",  # Strands: ContextWindowOverflowException
+    "PromptTooLong",
+)
 
 _OVERFLOW_TEXT = regex.compile(
     r"""

@@ -259,3 +259,10 @@ def test_our_own_error_wrapping_an_overflow_is_not_the_callers_overflow() -> Non
     assert caught.value.__cause__ is inner
     assert is_context_overflow(inner)
     assert not is_context_overflow(caught.value)
+
+
+def test_strands_overflow_exception_is_recognised_by_its_class() -> None:
+    """Strands raises ContextWindowOverflowException, often with the provider's own wording."""
+    from strands.types.exceptions import ContextWindowOverflowException
+
+    assert is_context_overflow(ContextWindowOverflowException("model refused the request"))
