@@ -1,0 +1,366 @@
+"""Strands Agents adapter: a conversation manager backed by `ContextEngine`.
+
+``Agent(conversation_manager=ContextEngineConversationManager(engine))`` puts
+the engine in front of every model call of the agent:
+
+* Before each call, an ``InvokeModelStage.Input`` middleware (added when the
+  agent is built) projects ``agent.messages``, with the system prompt in front,
+  and sends the view instead. The agent's history is not touched, except when
+  the engine says to commit (a checkpoint was written): then ``agent.messages``
+  is replaced, in place, by the checkpoint and the kept tail.
+* ``apply_management`` (Strands calls it after every invocation) does the same
+  projection and commits when the engine says so.
+* ``reduce_context`` follows Strands' contract. With the model's
+  ``ContextWindowOverflowException`` it commits `ContextEngine.recover_overflow`
+  and lets Strands retry once; when there is nothing left to remove, or the
+  retry overflows too, it raises that exception. Without one (proactive
+  compression) it compacts on a best-effort basis and never raises.
+* A ``/compact ...`` prompt compacts instead of calling the model
+  (`context_engine.commands.parse_compact_command`).
+
+Strands calls ``apply_management`` and ``reduce_context`` synchronously from
+inside its event loop; they run the engine's coroutine on a worker thread
+(OpenTelemetry context included) while the loop waits, as Strands' own
+summarizing manager does. ``compact_sync`` does the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import copy
+import logging
+from collections.abc import Callable, Coroutine, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from context_engine._aio import run_blocking
+from context_engine.commands import parse_compact_command
+from context_engine.engine import ContextEngine
+from context_engine.errors import CompactionError, ConfigurationError, ContextEngineError
+from context_engine.messages import Message
+from context_engine.overflow import is_context_overflow
+from context_engine.results import CommitResult, RecoveryResult
+
+try:
+    import strands  # noqa: F401  (the guard: fail here with the install line)
+    from strands.agent.conversation_manager import (
+        ConversationManager,
+        ProactiveCompressionConfig,
+    )
+    from strands.hooks import (
+        AfterModelCallEvent,
+        AgentInitializedEvent,
+        BeforeInvocationEvent,
+        HookRegistry,
+    )
+    from strands.middleware import InvokeModelContext, InvokeModelStage
+    from strands.types.content import Message as StrandsMessage
+except ImportError as exc:
+    raise ImportError(
+        "context_engine.integrations.strands needs Strands Agents; "
+        "install it with: pip install 'context-engine[strands]'"
+    ) from exc
+
+from context_engine.formats.strands import (
+    message_from_strands,
+    system_from_strands,
+    to_strands,
+)
+
+if TYPE_CHECKING:
+    from strands.agent.agent import Agent
+
+__all__ = ["ContextEngineConversationManager"]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def _run(factory: Callable[[], Coroutine[Any, Any, T]], method: str) -> T:
+    """Run an engine coroutine from synchronous code, also inside a running event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return run_blocking(factory, method)
+    context = contextvars.copy_context()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="context-engine") as pool:
+        return pool.submit(context.run, lambda: asyncio.run(factory())).result()
+
+
+def _system_prompt(agent: Any) -> Any:
+    """The agent's system prompt in the form its model requests carry it."""
+    content = getattr(agent, "system_prompt_content", None)
+    return content if content is not None else getattr(agent, "system_prompt", None)
+
+
+class _Transcripts:
+    """Converts ``agent.messages``, reusing the `Message` objects of unchanged dicts.
+
+    The engine trusts a provider usage anchor when the messages before it are
+    the very objects it saw on the previous call, and caches token counts per
+    message; converting only what changed keeps both working and makes a call
+    that appends one step cost that step.
+    """
+
+    def __init__(self) -> None:
+        self._system: tuple[Any, Message | None] = (None, None)
+        self._dicts: list[StrandsMessage] = []  # copies, so changes in place are seen
+        self._pieces: list[list[Message]] = []
+
+    def convert(self, messages: Sequence[StrandsMessage], system_prompt: Any) -> list[Message]:
+        """``from_strands(messages, system_prompt=...)``, with the objects of the last call."""
+        if system_prompt != self._system[0]:
+            message = system_from_strands(system_prompt) if system_prompt else None
+            self._system = (copy.deepcopy(system_prompt), message)
+        keep = 0
+        while keep < min(len(messages), len(self._dicts)) and messages[keep] == self._dicts[keep]:
+            keep += 1
+        del self._dicts[keep:], self._pieces[keep:]
+        for index in range(keep, len(messages)):
+            previous = self._pieces[-1][-1] if self._pieces else None
+            self._pieces.append(
+                message_from_strands(messages[index], previous=previous, index=index)
+            )
+            self._dicts.append(copy.deepcopy(messages[index]))
+        system = self._system[1]
+        return [*([system] if system else []), *(m for group in self._pieces for m in group)]
+
+    def adopt(self, messages: Sequence[StrandsMessage], view: Sequence[Message]) -> None:
+        """Remember that ``messages`` were written from ``view``: reuse its objects next time."""
+        self._dicts, self._pieces = [], []
+        converted = self.convert(messages, self._system[0])
+        if converted != list(view):
+            return
+        objects = iter(view[len(view) - sum(len(group) for group in self._pieces) :])
+        self._pieces = [[next(objects) for _ in group] for group in self._pieces]
+
+
+def _same_message(a: StrandsMessage, b: StrandsMessage) -> bool:
+    """The same stored message: by ``tracking_id``, or by role and content without one."""
+    if "tracking_id" in a or "tracking_id" in b:
+        return a.get("tracking_id") == b.get("tracking_id")
+    return a["role"] == b["role"] and a["content"] == b["content"]
+
+
+def _common_tail(old: Sequence[StrandsMessage], new: Sequence[StrandsMessage]) -> int:
+    """How many messages at the end of ``new`` are the messages at the end of ``old``."""
+    count = 0
+    while count < min(len(old), len(new)) and _same_message(old[-1 - count], new[-1 - count]):
+        count += 1
+    return count
+
+
+class ContextEngineConversationManager(ConversationManager):
+    """A Strands ``ConversationManager`` that lets a `ContextEngine` shape every model call.
+
+    Use one manager (and one engine) per agent: the engine remembers the views
+    it returned for that conversation.
+
+    Args:
+        engine: The engine of this agent's session.
+        proactive_compression: Strands' proactive compression setting: when its
+            estimate of the next call passes the ratio, ``reduce_context`` is
+            called without an error and compacts. Usually unnecessary, since
+            every call is projected under the engine's threshold anyway.
+        compact_command: Treat a prompt that is a ``/compact ...`` command as a
+            manual compaction (the model is not called for it).
+
+    Attributes:
+        engine: The engine.
+        commits: How many times ``agent.messages`` was replaced by a committed view.
+        removed_message_count: Stored messages a commit removed from the front of
+            the history (Strands' session managers skip that many when restoring).
+    """
+
+    def __init__(
+        self,
+        engine: ContextEngine,
+        *,
+        proactive_compression: bool | ProactiveCompressionConfig | None = None,
+        compact_command: bool = True,
+    ) -> None:
+        if not isinstance(engine, ContextEngine):
+            raise ConfigurationError(
+                f"engine must be a ContextEngine, got {engine!r}; "
+                "build one with ContextEngine.default(context_window=..., summarizer=...)"
+            )
+        super().__init__(proactive_compression=proactive_compression)
+        self.engine = engine
+        self.compact_command = compact_command
+        self.commits = 0
+        # Messages in front of the stored ones (the checkpoint, a kept prompt): agent.messages
+        # is this head plus the stored messages after the first removed_message_count.
+        self._head: list[StrandsMessage] = []
+        self._transcripts = _Transcripts()
+        self._recovered = False  # an overflow was recovered and no model call has succeeded since
+
+    # -- Strands hooks -------------------------------------------------------------
+
+    def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
+        """Register the projection middleware and the bookkeeping hooks with the agent."""
+        super().register_hooks(registry, **kwargs)
+        registry.add_callback(AgentInitializedEvent, self._on_agent_initialized)
+        registry.add_callback(BeforeInvocationEvent, self._on_before_invocation)
+        registry.add_callback(AfterModelCallEvent, self._on_after_model_call)
+
+    def _on_agent_initialized(self, event: AgentInitializedEvent) -> None:
+        event.agent.add_middleware(InvokeModelStage.Input, self._project_request)
+
+    async def _on_before_invocation(self, event: BeforeInvocationEvent) -> None:
+        self._recovered = False
+        command = self._command(event.messages)
+        if command is None:
+            return
+        result = await self.compact(event.agent, command)
+        event.cancel = (
+            f"Compacted {result.compacted_count} messages into a checkpoint."
+            if result.changed
+            else "Nothing to compact."
+        )
+
+    def _command(self, messages: Sequence[StrandsMessage] | None) -> str | None:
+        """The instructions of a ``/compact`` prompt ("" without any), or None."""
+        if not self.compact_command or not messages or len(messages) != 1:
+            return None
+        blocks = messages[0]["content"]
+        if messages[0]["role"] != "user" or len(blocks) != 1 or set(blocks[0]) != {"text"}:
+            return None
+        command = parse_compact_command(blocks[0]["text"])
+        return None if command is None else command.instructions or ""
+
+    def _on_after_model_call(self, event: AfterModelCallEvent) -> None:
+        if event.stop_response is not None:
+            self._recovered = False
+
+    async def _project_request(self, context: InvokeModelContext) -> InvokeModelContext:
+        """Send the engine's view of the history instead of the history itself."""
+        view = await self._project(context.agent, context.system_prompt)
+        return context if view is None else context.replace(messages=to_strands(view))
+
+    # -- the shared bodies -----------------------------------------------------------
+
+    async def _project(self, agent: Any, system_prompt: Any) -> Sequence[Message] | None:
+        """Project the agent's history, commit when the engine says so; None when unchanged."""
+        transcript = self._transcripts.convert(agent.messages, system_prompt)
+        try:
+            projection = await self.engine.project(transcript)
+        except CompactionError as error:
+            logger.warning(
+                "strategy=<%s> failures=<%d> | projection failed, sending the best view reached",
+                error.strategy,
+                error.failures,
+            )
+            if error.commit_messages is not None:
+                self._commit(agent, error.commit_messages)
+            return error.view
+        if projection.should_commit and projection.commit_messages is not None:
+            self._commit(agent, projection.commit_messages)
+        return projection.messages if projection.changed else None
+
+    async def _recover(self, agent: Any, error: Exception) -> RecoveryResult:
+        transcript = self._transcripts.convert(agent.messages, _system_prompt(agent))
+        stated = error if is_context_overflow(error) else None
+        result = await self.engine.recover_overflow(transcript, stated)
+        if result.should_commit and result.commit_messages is not None:
+            self._commit(agent, result.commit_messages)
+        return result
+
+    def _commit(self, agent: Any, view: Sequence[Message]) -> None:
+        """Replace ``agent.messages`` in place with a committed view.
+
+        The messages the view ends with that are still the history's own stay
+        where Strands' session store has them; the ones before them become the
+        head kept in `get_state`, and the stored messages no longer sent count
+        in ``removed_message_count``.
+        """
+        new = to_strands(view)
+        old = agent.messages
+        stored = max(0, len(old) - len(self._head))
+        kept = min(_common_tail(old, new), stored)
+        self.removed_message_count += stored - kept
+        self._head = copy.deepcopy(new[: len(new) - kept])
+        old[:] = new
+        self._transcripts.adopt(new, view)
+        self.commits += 1
+        logger.debug(
+            "messages=<%d> head=<%d> removed=<%d> | committed the view to agent.messages",
+            len(new),
+            len(self._head),
+            self.removed_message_count,
+        )
+
+    # -- ConversationManager ---------------------------------------------------------------
+
+    def apply_management(self, agent: Agent, **kwargs: Any) -> None:
+        """Project the history and commit when the engine says so (after each invocation).
+
+        Best effort: an engine error is logged, not raised, since Strands calls
+        this while finishing an invocation that may already be failing.
+        """
+        try:
+            _run(lambda: self._project(agent, _system_prompt(agent)), "project")
+        except ContextEngineError:
+            logger.warning("history management failed; agent.messages left as is", exc_info=True)
+
+    def reduce_context(self, agent: Agent, e: Exception | None = None, **kwargs: Any) -> None:
+        """Shrink ``agent.messages``: overflow recovery when ``e`` is set, else a compaction.
+
+        Raises:
+            Exception: ``e`` itself when recovery removes nothing, fails, or
+                already ran for this overflow (the retry overflowed again).
+        """
+        if e is None:
+            try:
+                self.compact_sync(agent)
+            except ContextEngineError:
+                logger.warning("proactive compaction failed; continuing", exc_info=True)
+            return
+        if self._recovered:
+            logger.warning("the retry after overflow recovery overflowed again; raising")
+            raise e
+        result: RecoveryResult | None = None
+        try:
+            result = _run(lambda: self._recover(agent, e), "recover_overflow")
+        except ContextEngineError:
+            logger.warning("overflow recovery failed; raising the overflow", exc_info=True)
+        if result is None or not result.changed:
+            raise e
+        self._recovered = True
+
+    async def compact(self, agent: Agent, instructions: str | None = None) -> CommitResult:
+        """Compact the agent's history now and commit the result (``/compact``).
+
+        Args:
+            agent: The agent whose ``messages`` are compacted in place.
+            instructions: What the checkpoint should focus on.
+
+        Raises:
+            CompactionError: As `ContextEngine.compact`; the history is left as is.
+        """
+        transcript = self._transcripts.convert(agent.messages, _system_prompt(agent))
+        result = await self.engine.compact(transcript, instructions or None)
+        if result.changed:
+            self._commit(agent, result.messages)
+        return result
+
+    def compact_sync(self, agent: Agent, instructions: str | None = None) -> CommitResult:
+        """Blocking `compact`; it may also be called from inside a running event loop."""
+        return _run(lambda: self.compact(agent, instructions), "compact")
+
+    # -- sessions ------------------------------------------------------------------------
+
+    def get_state(self) -> dict[str, Any]:
+        """Strands' state plus the head: the messages in front of the stored ones."""
+        return {**super().get_state(), "head": copy.deepcopy(self._head)}
+
+    def restore_from_session(self, state: dict[str, Any]) -> list[StrandsMessage] | None:
+        """Restore the state; the head goes back in front of the restored messages.
+
+        Raises:
+            ValueError: ``state`` belongs to another conversation manager.
+        """
+        super().restore_from_session(state)
+        self._head = copy.deepcopy(list(state.get("head") or []))
+        return copy.deepcopy(self._head) or None

@@ -1,0 +1,496 @@
+"""The Strands conversation manager, driven by real Strands agent loops with a scripted model."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import importlib
+import json
+import sys
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from strands import Agent, tool
+from strands.hooks import BeforeModelCallEvent
+from strands.models import Model
+from strands.session.file_session_manager import FileSessionManager
+from strands.telemetry import tracer as strands_tracer
+from strands.types.exceptions import ContextWindowOverflowException
+
+from context_engine import ContextEngine, ExtractiveSummarizer, Message, RewriteEvent, ToolCall
+from context_engine.errors import ConfigurationError
+from context_engine.formats.strands import from_strands, to_strands
+from context_engine.integrations.strands import ContextEngineConversationManager
+from context_engine.invariants import check_view
+from context_engine.strategies import FullSummary
+from context_engine.testing import FixedTokenCounter, RecordingSummarizer, synthetic_session
+
+SYSTEM = "You review code. Read the modules one by one, then report."
+OVERFLOW = "prompt is too long: 250000 tokens > 200000 maximum"
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(64))
+
+
+@tool
+def read_file(path: str) -> str:
+    """Read a source file.
+
+    Args:
+        path: The file to read.
+    """
+    return "\n".join(f"{path}:{n}: def handler_{n}(value): return value + {n}" for n in range(40))
+
+
+class ScriptedModel(Model):
+    """A Strands model provider that reads one module per call, then reports.
+
+    It records every request and reports as usage what it was sent, counted
+    with the test's counter, the way a provider reports the prompt it billed.
+    """
+
+    def __init__(
+        self,
+        steps: int,
+        counter: FixedTokenCounter,
+        *,
+        overflow: Callable[[int], bool] = lambda call: False,
+        extra_usage: int = 0,
+    ) -> None:
+        self.steps = steps
+        self.counter = counter
+        self.overflow = overflow
+        self.extra_usage = extra_usage
+        self.received: list[list[dict[str, Any]]] = []
+        self.answered = 0
+
+    def update_config(self, **model_config: Any) -> None:
+        pass
+
+    def get_config(self) -> dict[str, Any]:
+        return {}
+
+    def structured_output(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+    async def stream(
+        self, messages: Any, tool_specs: Any = None, system_prompt: Any = None, **kwargs: Any
+    ) -> AsyncIterator[dict[str, Any]]:
+        self.received.append(copy.deepcopy(messages))
+        if self.overflow(len(self.received)):
+            raise ContextWindowOverflowException(OVERFLOW)
+        view = from_strands(messages, system_prompt=system_prompt)
+        prompt = sum(self.counter.count_message(m) for m in view) + self.extra_usage
+        step, self.answered = self.answered, self.answered + 1
+        if step < self.steps - 1:
+            text = f"Step {step}: module {step} is next; I note what each handler returns. " * 20
+            call = {"toolUseId": f"call_{step}", "name": "read_file"}
+            arguments = json.dumps({"path": f"src/mod_{step}.py"})
+        else:
+            text, call, arguments = "All modules reviewed.", None, ""
+        answer = Message.assistant(
+            text, [ToolCall(**_ids(call), arguments=arguments)] if call else []
+        )
+        output = self.counter.count_message(answer)
+        yield {"messageStart": {"role": "assistant"}}
+        yield {"contentBlockDelta": {"delta": {"text": text}}}
+        yield {"contentBlockStop": {}}
+        if call is not None:
+            yield {"contentBlockStart": {"start": {"toolUse": call}}}
+            yield {"contentBlockDelta": {"delta": {"toolUse": {"input": arguments}}}}
+            yield {"contentBlockStop": {}}
+        yield {"messageStop": {"stopReason": "tool_use" if call else "end_turn"}}
+        usage = {"inputTokens": prompt, "outputTokens": output, "totalTokens": prompt + output}
+        yield {"metadata": {"usage": usage, "metrics": {"latencyMs": 1}}}
+
+
+def _ids(call: dict[str, str]) -> dict[str, str]:
+    return {"id": call["toolUseId"], "name": call["name"]}
+
+
+@attrs.define
+class Run:
+    """An agent wired to an engine, with what the test observes of it."""
+
+    agent: Agent
+    manager: ContextEngineConversationManager
+    model: ScriptedModel
+    engine: ContextEngine
+    events: list[RewriteEvent]
+    recoveries: list[RewriteEvent]
+    transcripts: list[list[dict[str, Any]]] = attrs.field(factory=list)
+
+
+def make_run(
+    counter: FixedTokenCounter,
+    model: ScriptedModel,
+    *,
+    window: int = 8_000,
+    messages: Sequence[Message] = (),
+    engine: ContextEngine | None = None,
+    **agent_options: Any,
+) -> Run:
+    events: list[RewriteEvent] = []
+    recoveries: list[RewriteEvent] = []
+    engine = engine or ContextEngine.default(
+        window,
+        reserve_tokens=window // 4,
+        summarizer=ExtractiveSummarizer(),
+        token_counter=counter,
+        on_project=events.append,
+        on_recover=recoveries.append,
+    )
+    manager = ContextEngineConversationManager(engine)
+    agent = Agent(
+        model=model,
+        tools=[read_file],
+        system_prompt=SYSTEM,
+        callback_handler=None,
+        conversation_manager=manager,
+        messages=to_strands(messages),
+        **agent_options,
+    )
+    run = Run(agent, manager, model, engine, events, recoveries)
+    agent.add_hook(
+        lambda event: run.transcripts.append(copy.deepcopy(agent.messages)), BeforeModelCallEvent
+    )
+    return run
+
+
+def bare(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages as a model receives them: role and content only."""
+    return [{"role": m["role"], "content": m["content"]} for m in messages]
+
+
+def tokens(counter: FixedTokenCounter, messages: list[dict[str, Any]]) -> int:
+    return sum(counter.count_message(m) for m in from_strands(messages, system_prompt=SYSTEM))
+
+
+def history(steps: int) -> list[Message]:
+    """A long earlier session, without its system prompt (the agent has its own)."""
+    return synthetic_session(steps)[1:]
+
+
+# -- the agent loop ---------------------------------------------------------------------
+
+
+async def test_a_long_agent_loop_sends_every_call_under_the_threshold_and_finishes(
+    counter: FixedTokenCounter,
+) -> None:
+    """Forty model calls cross the threshold again and again; each view fits and is valid."""
+    run = make_run(counter, ScriptedModel(40, counter))
+    result = await run.agent.invoke_async("Review every module in src/.")
+
+    assert str(result).strip() == "All modules reviewed."
+    assert result.stop_reason == "end_turn"
+    assert len(run.model.received) == 40
+    assert len(run.transcripts) == 40
+    threshold = run.engine.threshold
+    for transcript, received in zip(run.transcripts, run.model.received, strict=True):
+        view = from_strands(received, system_prompt=SYSTEM)
+        assert check_view(from_strands(bare(transcript), system_prompt=SYSTEM), view) == []
+        assert tokens(counter, received) <= threshold
+    assert sum(tokens(counter, bare(t)) > threshold for t in run.transcripts) >= 10
+    committed = [e for e in run.events if e.committed]
+    assert len(committed) >= 3
+    assert run.manager.commits == len(committed)
+    with_checkpoint = [
+        from_strands(r, system_prompt=SYSTEM)[1].is_summary for r in run.model.received
+    ]
+    first = with_checkpoint.index(True)
+    assert all(with_checkpoint[first:])
+    checkpoints = {from_strands(r)[0].text for r in run.model.received[first:]}
+    assert len(checkpoints) >= 3
+    assert from_strands(run.agent.messages)[0].is_summary
+    assert run.manager.removed_message_count > 0
+
+
+def test_the_blocking_agent_call_is_managed_the_same_way(counter: FixedTokenCounter) -> None:
+    """``agent(...)`` (Strands runs its loop on a thread) gets the same projections."""
+    run = make_run(counter, ScriptedModel(24, counter))
+    result = run.agent("Review every module in src/.")
+    assert str(result).strip() == "All modules reviewed."
+    assert run.manager.commits >= 1
+    assert all(tokens(counter, r) <= run.engine.threshold for r in run.model.received)
+
+
+def test_below_the_threshold_the_model_gets_the_history_untouched(
+    counter: FixedTokenCounter,
+) -> None:
+    """No rewrite, no commit: the model receives exactly agent.messages."""
+    run = make_run(counter, ScriptedModel(3, counter), window=100_000)
+    run.agent("Review the two modules.")
+    assert [bare(t) for t in run.transcripts] == run.model.received
+    assert run.manager.commits == 0
+    assert run.events == []
+
+
+def test_provider_usage_on_the_history_anchors_the_engine(counter: FixedTokenCounter) -> None:
+    """The usage Strands stores with each answer is what the engine measures the next call from."""
+    run = make_run(counter, ScriptedModel(3, counter, extra_usage=300), window=100_000)
+    run.agent("Review the two modules.")
+    transcript = from_strands(run.agent.messages, system_prompt=run.agent.system_prompt_content)
+    last_answer = max(i for i, m in enumerate(transcript) if m.role == "assistant")
+    usage = transcript[last_answer].usage
+    assert usage is not None
+    assert usage.input_tokens == tokens(counter, run.model.received[-1]) + 300
+    measured = run.engine.usage  # of apply_management's projection of the whole history
+    assert measured is not None
+    assert measured.usage_tokens == usage.total_tokens
+    assert measured.tokens == usage.total_tokens + measured.trailing_tokens
+
+
+def test_images_reach_the_model_byte_for_byte(counter: FixedTokenCounter) -> None:
+    """A screenshot in the prompt survives the projection of a long history."""
+    run = make_run(counter, ScriptedModel(1, counter), messages=history(60))
+    image = {"image": {"format": "png", "source": {"bytes": PNG}}}
+    run.agent([{"text": "What does this screenshot show?"}, image])
+    (received,) = run.model.received
+    assert tokens(counter, received) <= run.engine.threshold
+    assert received[-1]["content"][1] == image
+
+
+async def test_a_failing_pipeline_still_calls_the_model_with_the_best_view(
+    counter: FixedTokenCounter,
+) -> None:
+    """A strategy error is logged and counted by the breaker; the agent keeps going."""
+    failing = FullSummary(summarizer=RecordingSummarizer(fail=RuntimeError("summarizer down")))
+    engine = ContextEngine(4_000, [failing], reserve_tokens=1_000, token_counter=counter)
+    run = make_run(counter, ScriptedModel(1, counter), messages=history(30), engine=engine)
+    result = await run.agent.invoke_async("Status?")
+    assert str(result).strip() == "All modules reviewed."
+    assert bare(run.transcripts[0]) == run.model.received[0]
+    assert engine.consecutive_failures >= 1
+    assert run.manager.commits == 0
+
+
+# -- overflow ---------------------------------------------------------------------------
+
+
+def test_an_overflow_is_recovered_once_and_the_call_retried(counter: FixedTokenCounter) -> None:
+    """The model rejects the prompt once: reduce_context commits a recovery, the retry succeeds."""
+    model = ScriptedModel(1, counter, overflow=lambda call: call == 1)
+    run = make_run(counter, model, window=200_000, messages=history(60))
+    result = run.agent("Status?")
+    assert str(result).strip() == "All modules reviewed."
+    assert len(model.received) == 2
+    assert len(run.recoveries) == 1
+    rejected, retried = model.received
+    assert tokens(counter, retried) < tokens(counter, rejected)
+    assert from_strands(retried, system_prompt=SYSTEM)[1].is_summary
+    assert from_strands(run.agent.messages)[0].is_summary
+    assert run.manager.commits == 1
+    assert (
+        check_view(
+            from_strands(rejected, system_prompt=SYSTEM),
+            from_strands(retried, system_prompt=SYSTEM),
+        )
+        == []
+    )
+
+
+def test_an_overflow_on_the_retry_surfaces(counter: FixedTokenCounter) -> None:
+    """Recovery and retry happen once; the second overflow reaches the caller."""
+    model = ScriptedModel(1, counter, overflow=lambda call: True)
+    run = make_run(counter, model, window=200_000, messages=history(60))
+    with pytest.raises(ContextWindowOverflowException, match="prompt is too long"):
+        run.agent("Status?")
+    assert len(model.received) == 2
+    assert len(run.recoveries) == 1
+    assert run.manager.commits == 1
+
+
+def test_an_overflow_with_nothing_left_to_remove_surfaces_at_once(
+    counter: FixedTokenCounter,
+) -> None:
+    """reduce_context must reduce or raise: with a two-message history it raises."""
+    model = ScriptedModel(1, counter, overflow=lambda call: True)
+    run = make_run(counter, model, window=200_000)
+    with pytest.raises(ContextWindowOverflowException):
+        run.agent("hi")
+    assert len(model.received) == 1
+    assert run.manager.commits == 0
+
+
+def test_a_new_invocation_may_recover_again(counter: FixedTokenCounter) -> None:
+    """The one-retry rule is per overflow, not per agent."""
+    model = ScriptedModel(1, counter, overflow=lambda call: call in (1, 3))
+    run = make_run(counter, model, window=200_000, messages=history(60))
+    run.agent("Status?")
+    run.agent("And now?")
+    assert len(model.received) == 4
+    assert len(run.recoveries) == 2
+
+
+# -- direct calls -----------------------------------------------------------------------
+
+
+def make_idle(counter: FixedTokenCounter, messages: list[Message], **options: Any) -> Run:
+    return make_run(counter, ScriptedModel(1, counter), messages=messages, **options)
+
+
+@pytest.mark.parametrize("in_loop", [False, True], ids=["from plain code", "inside an event loop"])
+async def test_apply_management_commits_from_sync_and_async_callers(
+    counter: FixedTokenCounter, in_loop: bool
+) -> None:
+    """Strands calls it synchronously inside its loop; it works there and outside one."""
+    run = make_idle(counter, history(80), window=6_000)
+    before = len(run.agent.messages)
+    if in_loop:
+        run.manager.apply_management(run.agent)
+    else:
+        await asyncio.to_thread(run.manager.apply_management, run.agent)
+    assert run.manager.commits == 1
+    assert len(run.agent.messages) < before
+    assert from_strands(run.agent.messages)[0].is_summary
+
+
+def test_apply_management_on_an_empty_history_does_nothing(counter: FixedTokenCounter) -> None:
+    run = make_idle(counter, [])
+    run.manager.apply_management(run.agent)
+    assert run.agent.messages == []
+    assert run.manager.commits == 0
+
+
+def test_a_pending_tool_call_at_the_end_is_kept_as_it_is(counter: FixedTokenCounter) -> None:
+    """A call still waiting for its result (an interrupt) survives a commit unchanged."""
+    pending = Message.assistant(
+        "Deleting the build directory.", tool_calls=[ToolCall("rm_1", "rm", '{"path": "build"}')]
+    )
+    run = make_idle(counter, [*history(80), Message.user("clean up"), pending], window=6_000)
+    last = copy.deepcopy(run.agent.messages[-1])
+    run.manager.apply_management(run.agent)
+    assert run.manager.commits == 1
+    assert run.agent.messages[-1] == last
+
+
+def test_proactive_reduce_context_compacts(counter: FixedTokenCounter) -> None:
+    """Without an error reduce_context compacts the history now."""
+    run = make_idle(counter, history(40), window=100_000)
+    run.manager.reduce_context(run.agent)
+    assert run.manager.commits == 1
+    assert from_strands(run.agent.messages)[0].is_summary
+
+
+def test_proactive_reduce_context_never_raises(counter: FixedTokenCounter) -> None:
+    """Best effort: a failing compaction leaves the history as it was."""
+    failing = FullSummary(summarizer=RecordingSummarizer(fail=RuntimeError("down")))
+    engine = ContextEngine(100_000, [failing], token_counter=counter)
+    run = make_idle(counter, history(40), engine=engine)
+    before = copy.deepcopy(run.agent.messages)
+    run.manager.reduce_context(run.agent)
+    assert run.agent.messages == before
+    assert run.manager.commits == 0
+
+
+def test_a_compact_command_compacts_without_calling_the_model(counter: FixedTokenCounter) -> None:
+    """``agent("/compact keep the parser notes")`` is a manual compaction."""
+    summarizer = RecordingSummarizer(["## Goal\n- fix the parser"])
+    engine = ContextEngine.default(100_000, summarizer=summarizer, token_counter=counter)
+    run = make_idle(counter, history(40), engine=engine)
+    result = run.agent("/compact keep the parser notes")
+    assert run.model.received == []
+    assert str(result).startswith("Compacted ")
+    assert [r.instructions for r in summarizer.requests] == ["keep the parser notes"]
+    assert [r.reason for r in summarizer.requests] == ["manual"]
+    ours = from_strands(run.agent.messages)
+    assert ours[0].is_summary
+    assert "fix the parser" in ours[0].text
+
+
+def test_a_compact_command_can_be_switched_off(counter: FixedTokenCounter) -> None:
+    engine = ContextEngine.default(100_000, token_counter=counter)
+    manager = ContextEngineConversationManager(engine, compact_command=False)
+    model = ScriptedModel(1, counter)
+    agent = Agent(model=model, callback_handler=None, conversation_manager=manager)
+    agent("/compact")
+    assert len(model.received) == 1
+
+
+# -- sessions ---------------------------------------------------------------------------
+
+
+def test_a_restored_session_continues_from_the_checkpoint(
+    counter: FixedTokenCounter, tmp_path: Path
+) -> None:
+    """Strands' session manager restores the checkpoint and the messages after it."""
+    first = make_run(
+        counter,
+        ScriptedModel(30, counter),
+        session_manager=FileSessionManager(session_id="s1", storage_dir=str(tmp_path)),
+    )
+    first.agent("Review every module in src/.")
+    assert first.manager.commits >= 1
+    second = make_run(
+        counter,
+        ScriptedModel(1, counter),
+        session_manager=FileSessionManager(session_id="s1", storage_dir=str(tmp_path)),
+    )
+    assert second.manager.removed_message_count == first.manager.removed_message_count
+    assert bare(second.agent.messages) == bare(first.agent.messages)
+    assert from_strands(second.agent.messages)[0].is_summary
+
+
+def test_state_of_another_manager_is_refused(counter: FixedTokenCounter) -> None:
+    manager = ContextEngineConversationManager(ContextEngine.default(10_000, token_counter=counter))
+    with pytest.raises(ValueError, match="Invalid conversation manager state"):
+        manager.restore_from_session({"__name__": "SlidingWindowConversationManager"})
+    state = manager.get_state()
+    assert state == {
+        "__name__": "ContextEngineConversationManager",
+        "removed_message_count": 0,
+        "head": [],
+    }
+    assert manager.restore_from_session(state) is None
+
+
+def test_the_manager_needs_an_engine() -> None:
+    with pytest.raises(ConfigurationError, match=r"ContextEngine\.default"):
+        ContextEngineConversationManager(object())  # type: ignore[arg-type]
+
+
+def test_missing_strands_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "strands", None)
+    monkeypatch.delitem(sys.modules, "context_engine.integrations.strands")
+    with pytest.raises(ImportError, match=r"pip install 'context-engine\[strands\]'"):
+        importlib.import_module("context_engine.integrations.strands")
+
+
+# -- tracing ----------------------------------------------------------------------------
+
+
+def test_engine_spans_are_children_of_the_strands_spans(
+    counter: FixedTokenCounter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each projection is traced inside the event-loop cycle around the model call."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    runtime_tracer = strands_tracer.Tracer()
+    runtime_tracer.tracer_provider = provider
+    runtime_tracer.tracer = provider.get_tracer(runtime_tracer.service_name)
+    monkeypatch.setattr(strands_tracer, "_tracer_instance", runtime_tracer)
+    engine = ContextEngine.default(
+        8_000,
+        reserve_tokens=2_000,
+        summarizer=ExtractiveSummarizer(),
+        token_counter=counter,
+        tracer_provider=provider,
+    )
+    run = make_run(counter, ScriptedModel(16, counter), engine=engine)
+    run.agent("Review every module in src/.")
+
+    spans = exporter.get_finished_spans()
+    by_id = {span.context.span_id: span for span in spans}
+    projects = [s for s in spans if s.name == "context_engine.project"]
+    parents = [by_id[s.parent.span_id].name for s in projects if s.parent is not None]
+    assert len(parents) == len(projects) == 16 + 1  # every call, and apply_management at the end
+    assert parents.count("execute_event_loop_cycle") == 16
+    assert parents[-1].startswith("invoke_agent")
+    (agent_span,) = [s for s in spans if s.name.startswith("invoke_agent")]
+    assert {s.context.trace_id for s in projects} == {agent_span.context.trace_id}
+    assert any(s.name == "context_engine.strategy" for s in spans)
