@@ -3,7 +3,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: demo test soak lint typecheck bench bench-quick bench-peers bench-peers-quick clean
+.PHONY: demo test redis-server soak lint typecheck bench bench-quick bench-peers bench-peers-quick clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,10 +24,28 @@ lint: $(STAMP)
 	$(BIN)/ruff check context_engine tests benchmarks examples
 	$(BIN)/mypy --strict context_engine
 
-test: lint
+test: lint redis-server
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium) \
 		|| echo "chromium not installed; its test will skip"
 	$(BIN)/pytest -q
+
+# A throwaway redis-server on loopback for the Redis archive tests (tests/archive), started
+# once and left running: no persistence, nothing but 127.0.0.1. The tests read
+# CONTEXT_ENGINE_TEST_REDIS_URL (default redis://127.0.0.1:6390/0) and skip when nothing answers.
+REDIS_PORT ?= 6390
+
+redis-server:
+	@command -v redis-server >/dev/null || (apt-get update -qq && apt-get install -y -qq redis-server) \
+		|| echo "redis-server not installed; the Redis archive tests will skip"
+	@if redis-cli -h 127.0.0.1 -p $(REDIS_PORT) ping >/dev/null 2>&1; then :; \
+	elif command -v redis-server >/dev/null; then \
+		redis-server --bind 127.0.0.1 --port $(REDIS_PORT) --save '' --appendonly no \
+			--daemonize yes --dir /tmp --pidfile /tmp/context-engine-redis-$(REDIS_PORT).pid \
+			--logfile /tmp/context-engine-redis-$(REDIS_PORT).log; \
+		for i in 1 2 3 4 5 6 7 8 9 10; do \
+			redis-cli -h 127.0.0.1 -p $(REDIS_PORT) ping >/dev/null 2>&1 && break; sleep 0.5; \
+		done; \
+	fi
 
 # The reliability suite with 20 times the hypothesis examples (about 7 minutes on 2 cores).
 soak: $(STAMP)

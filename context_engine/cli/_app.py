@@ -7,6 +7,7 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
+from context_engine.cli._archive import add_archive
 from context_engine.cli._commands import run_compact, run_demo, run_inspect, run_replay
 from context_engine.cli._common import DEFAULT_STRATEGIES, EXIT_USAGE, CliError
 from context_engine.cli._output import Output
@@ -177,6 +178,17 @@ def _add_replay(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help=f"comma-separated pipeline, in order (default {DEFAULT_STRATEGIES})",
     )
     parser.add_argument("--summarizer", default="extractive", metavar="SPEC", help=_SUMMARIZER_HELP)
+    parser.add_argument(
+        "--archive",
+        metavar="URL",
+        help="store every original a rewrite removes in this archive (sqlite:PATH, "
+        "redis://HOST:PORT/DB, memory:); see `context-engine archive`",
+    )
+    parser.add_argument(
+        "--session",
+        metavar="ID",
+        help="the session id the archive files the originals under (default: FILE's stem)",
+    )
     _add_replay_options(parser)
     parser.set_defaults(handler=run_replay)
 
@@ -225,7 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for add in (_add_inspect, _add_compact, _add_replay, _add_demo):
+    for add in (_add_inspect, _add_compact, _add_replay, _add_demo, add_archive):
         add(commands)
     return parser
 

@@ -9,6 +9,8 @@ from typing import Any, Literal
 
 import attrs
 
+from context_engine.archive.base import Archive
+from context_engine.cli._archive import close_archive, open_cli_archive, report_archive
 from context_engine.cli._common import (
     EXIT_OK,
     EXIT_PROBLEM,
@@ -199,6 +201,8 @@ def _replay(
     window: int,
     reserve: int | None,
     summarizer_spec: str,
+    archive: Archive | None = None,
+    session_id: str | None = None,
 ) -> ReplayReport:
     summarizer = build_summarizer(summarizer_spec) if "full_summary" in strategies else None
     calls = sum(1 for i, m in enumerate(messages) if i and m.role == "assistant")
@@ -213,6 +217,8 @@ def _replay(
             encoding=args.encoding,
             source=source,
             progress=lambda done, _total: bar.update(done),
+            archive=archive,
+            session_id=session_id,
         )
 
 
@@ -230,17 +236,30 @@ def run_replay(args: argparse.Namespace, out: Output) -> int:
     """``replay FILE``: exit 0 when the replay found no problem, else 1."""
     strategies = parse_strategies(args.strategies)
     transcript = load_transcript(args.file)
-    report = _replay(
-        transcript.messages,
-        args,
-        out,
-        source=transcript.source,
-        strategies=strategies,
-        window=args.window,
-        reserve=args.reserve,
-        summarizer_spec=args.summarizer,
-    )
-    return _publish(report, args, out, f"Replay of {Path(transcript.source).name}")
+    if args.session is not None and args.archive is None:
+        raise CliError("--session names the archive's session; give --archive URL with it")
+    archive = open_cli_archive(args.archive) if args.archive else None
+    session = args.session or Path(transcript.source).stem
+    try:
+        report = _replay(
+            transcript.messages,
+            args,
+            out,
+            source=transcript.source,
+            strategies=strategies,
+            window=args.window,
+            reserve=args.reserve,
+            summarizer_spec=args.summarizer,
+            archive=archive,
+            session_id=session if archive is not None else None,
+        )
+        code = _publish(report, args, out, f"Replay of {Path(transcript.source).name}")
+        if archive is not None:
+            report_archive(archive, session, args.archive, out)
+    finally:
+        if archive is not None:
+            close_archive(archive)
+    return code
 
 
 def demo_window(steps: int) -> int:

@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from context_engine.archive.base import Archive
 from context_engine.cli._common import CountingSummarizer, build_strategies
 from context_engine.engine import ContextEngine
 from context_engine.errors import CompactionError
@@ -287,6 +288,8 @@ def replay(
     source: str = "<memory>",
     progress: ProgressFn | None = None,
     check: ViewCheck | None = None,
+    archive: Archive | None = None,
+    session_id: str | None = None,
 ) -> ReplayReport:
     """Replay ``messages`` through a fresh engine, one LLM call per assistant message.
 
@@ -302,6 +305,8 @@ def replay(
         source: Where the transcript came from, for the report.
         progress: Called with ``(calls done, calls in all)`` after each call.
         check: Called with ``(engine input, view)`` for every view, for extra checks.
+        archive: Where the engine stores every original a rewrite removes.
+        session_id: The session the archive files them under (needed with ``archive``).
 
     Raises:
         CliError: ``full_summary`` is listed without a summarizer.
@@ -318,6 +323,8 @@ def replay(
         token_counter=token_counter,
         on_project=events.append,
         on_recover=events.append,
+        archive=archive,
+        session_id=session_id,
     )
     run = _Run(engine=engine, original=tuple(messages), check=check, events=events)
     _drive(run, progress)

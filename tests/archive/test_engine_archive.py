@@ -16,7 +16,7 @@ from context_engine import (
     Message,
     RecallError,
 )
-from context_engine.archive import ArchiveRecord, MemoryArchive, find_references
+from context_engine.archive import ArchiveRecord, MemoryArchive, SQLiteArchive, find_references
 from context_engine.formats.openai import from_openai
 from context_engine.invariants import check_view
 from context_engine.strategies import HardTruncate, LightTrim, ToolResultMicrocompact
@@ -255,14 +255,20 @@ async def test_a_failing_strategy_hands_out_its_best_view_only_if_its_originals_
 # -- the dev corpus -------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
 async def test_every_original_removed_from_a_replayed_corpus_transcript_is_recallable(
-    corpus_path: Path,
+    corpus_path: Path, store: str, tmp_path: Path
 ) -> None:
-    """An agent loop with commits over a real transcript: walk every reference of every view."""
+    """An agent loop with commits over a real transcript: walk every reference of every view.
+
+    Through SQLite the originals come back decoded from the file, so equality
+    is byte for byte through the codec, not object identity.
+    """
     transcript = from_openai(load_corpus_dicts(corpus_path))
     total = ContextEngine(10_000_000, token_counter=FixedTokenCounter()).estimate(transcript)
     window = max(3_000, total.tokens // 4)
-    engine = engine_with(MemoryArchive(), window=window, session_id=corpus_path.stem)
+    archive = MemoryArchive() if store == "memory" else SQLiteArchive(tmp_path / "archive.db")
+    engine = engine_with(archive, window=window, session_id=corpus_path.stem)
     running: list[Message] = []
     checked = rewrites = 0
     for start in range(0, len(transcript), 9):
@@ -274,5 +280,6 @@ async def test_every_original_removed_from_a_replayed_corpus_transcript_is_recal
         if result.should_commit and result.commit_messages is not None:
             checked += await assert_removed_are_recallable(engine, running, result.commit_messages)
             running = list(result.commit_messages)
+    await archive.close()
     assert rewrites > 0
     assert checked > 0

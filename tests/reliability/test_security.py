@@ -223,6 +223,8 @@ REVIEWED = {
     # (module, function): how its path is chosen
     ("formats/readers.py", "_read"): "read_transcript's path argument, opened for reading",
     ("formats/readers.py", "write_transcript"): "the caller's path argument, nothing derived",
+    ("archive/sqlite.py", "_open"): "SQLiteArchive's path argument; session ids and references "
+    "are SQL parameters, never path parts",
 }
 
 
