@@ -45,6 +45,7 @@ _OVERFLOW_CODES = frozenset(
 _OVERFLOW_CLASS_NAMES = (
     "ContextWindowExceeded",
     "ContextLengthExceeded",
+    "ContextOverflow",  # langchain-core: ContextOverflowError
     "ContextWindowOverflow",  # Strands: ContextWindowOverflowException
     "PromptTooLong",
 )

@@ -266,3 +266,9 @@ def test_strands_overflow_exception_is_recognised_by_its_class() -> None:
     from strands.types.exceptions import ContextWindowOverflowException
 
     assert is_context_overflow(ContextWindowOverflowException("model refused the request"))
+
+
+def test_langchain_context_overflow_error_is_recognised_by_its_class() -> None:
+    from langchain_core.exceptions import ContextOverflowError
+
+    assert is_context_overflow(ContextOverflowError("the model refused the request"))

@@ -1,0 +1,376 @@
+"""LangChain v1: `ContextEngineMiddleware`, an ``AgentMiddleware`` built on `ContextEngine`.
+
+Add it to ``langchain.agents.create_agent(..., middleware=[...])``. Around
+every model call it:
+
+* projects the request's messages (the system prompt included, so its tokens
+  count) and sends the model the engine's view; the agent state keeps the
+  full history;
+* when the engine says to commit, replaces the state's messages with the
+  checkpoint and the kept tail (``RemoveMessage(REMOVE_ALL_MESSAGES)`` in a
+  state update returned with the model's answer);
+* when the model rejects the prompt as too long, runs
+  `ContextEngine.recover_overflow`, retries the call once with the recovered
+  view and commits it; a second failure surfaces;
+* when the last message is a ``/compact [instructions]`` user message, runs
+  `ContextEngine.compact` instead of calling the model, commits, and answers
+  with a short note.
+
+The sync (``invoke``) and async (``ainvoke``) hooks run one body: a generator
+that yields the engine and model calls it needs, driven by a blocking or an
+awaiting loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
+from typing import Any, TypeAlias
+
+import attrs
+
+from context_engine._aio import run_blocking
+from context_engine.commands import CompactCommand, parse_compact_command
+from context_engine.engine import ContextEngine
+from context_engine.errors import CompactionError, ConfigurationError
+from context_engine.messages import Message
+from context_engine.overflow import is_context_overflow
+from context_engine.results import CommitResult, Projection, RecoveryResult
+
+try:
+    from langchain.agents.middleware import (
+        AgentMiddleware,
+        AgentState,
+        ExtendedModelResponse,
+        ModelRequest,
+        ModelResponse,
+    )
+    from langchain_core import exceptions as _lc_exceptions
+    from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, RemoveMessage
+    from langgraph.graph.message import REMOVE_ALL_MESSAGES
+    from langgraph.types import Command
+
+    from context_engine.formats.langchain import message_from_langchain, to_langchain
+except ImportError as exc:  # pragma: no cover - a test hides the package to check the message
+    raise ImportError(
+        "context_engine.integrations.langchain needs langchain and langchain-core; "
+        "install the extra with: pip install 'context-engine[langchain]'"
+    ) from exc
+
+__all__ = ["ContextEngineMiddleware"]
+
+logger = logging.getLogger(__name__)
+
+# langchain-core's own overflow error (provider integrations raise subclasses of it).
+_OVERFLOW_TYPES: tuple[type[BaseException], ...] = tuple(
+    t
+    for t in (getattr(_lc_exceptions, "ContextOverflowError", None),)
+    if isinstance(t, type) and issubclass(t, BaseException)
+)
+
+_Result: TypeAlias = "ModelResponse[Any] | ExtendedModelResponse[Any]"
+_Transcript: TypeAlias = tuple[Message, ...]
+
+
+@attrs.frozen
+class _EngineCall:
+    """A step of the body: run one engine coroutine (``method`` names it in errors)."""
+
+    method: str
+    start: Callable[[], Coroutine[Any, Any, Any]]
+
+
+@attrs.frozen
+class _ModelCall:
+    """A step of the body: call the model (the rest of the middleware stack)."""
+
+    request: ModelRequest[Any]
+
+
+_Step: TypeAlias = "_EngineCall | _ModelCall"
+_Flow: TypeAlias = Generator[_Step, Any, _Result]
+_Fields: TypeAlias = tuple[Any, ...]
+_MESSAGE_FIELDS = (
+    "tool_calls",
+    "invalid_tool_calls",
+    "usage_metadata",
+    "tool_call_id",
+    "artifact",
+    "status",
+)
+
+
+def _fields(message: BaseMessage) -> _Fields:
+    """The attribute values of ``message``; a reassigned attribute gives another object."""
+    return (
+        message.content,
+        message.id,
+        message.name,
+        message.additional_kwargs,
+        message.response_metadata,
+        *(getattr(message, key, None) for key in _MESSAGE_FIELDS),
+    )
+
+
+class _Reader:
+    """Converts the state's messages, reusing the `Message` read before for the same object.
+
+    The engine trusts a provider's usage anchor, and reuses its token counts,
+    only for the very message objects it saw on the previous call. LangGraph
+    hands the middleware the same LangChain objects on every model call of a
+    run, so each is read once; the messages a commit writes into the state map
+    to the engine's own objects. An object whose attributes were reassigned
+    since is read again.
+    """
+
+    def __init__(self) -> None:
+        self._known: dict[int, tuple[BaseMessage, _Fields, Message]] = {}
+
+    def read(
+        self, system: BaseMessage | None, messages: Sequence[BaseMessage]
+    ) -> tuple[_Transcript, _Transcript]:
+        """The system prompt (none or one message) and the messages, as messages."""
+        known: dict[int, tuple[BaseMessage, _Fields, Message]] = {}
+        lead = () if system is None else (self._one(system, None, known),)
+        transcript = tuple(self._one(m, i, known) for i, m in enumerate(messages))
+        self._known = known
+        return lead, (*lead, *transcript)
+
+    def _one(self, message: BaseMessage, index: int | None, known: dict[int, Any]) -> Message:
+        fields = _fields(message)
+        entry = self._known.get(id(message))
+        if entry is not None and entry[0] is message and all(map(_is, entry[1], fields)):
+            read = entry[2]
+        else:
+            read = message_from_langchain(message, index=index)
+        known[id(message)] = (message, fields, read)
+        return read
+
+    def write(self, messages: Sequence[Message]) -> list[AnyMessage]:
+        """``messages`` for the agent state, remembered as the engine's objects."""
+        written = _state_messages(messages, 0)
+        for converted, message in zip(written, messages, strict=True):
+            if converted.id is None:  # LangGraph would set one in place; set it first
+                converted.id = str(uuid.uuid4())
+            self._known[id(converted)] = (converted, _fields(converted), message)
+        return written
+
+
+def _is(first: object, second: object) -> bool:
+    return first is second
+
+
+class ContextEngineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
+    """Keeps every model call of a LangChain agent under the context window.
+
+    One engine stands for one conversation (it remembers the last view for
+    cache-friendly extension and its circuit breaker). An agent that serves
+    many threads can share it: every view is still computed from the messages
+    of the call at hand, only the reuse of the previous view is lost.
+
+    Args:
+        engine: The engine that decides what the model sees.
+        compact_command: Treat a last user message ``/compact [instructions]``
+            as a manual compaction instead of a question to the model.
+
+    Raises:
+        ConfigurationError: ``engine`` is not a `ContextEngine`.
+    """
+
+    def __init__(self, engine: ContextEngine, *, compact_command: bool = True) -> None:
+        if not isinstance(engine, ContextEngine):
+            raise ConfigurationError(
+                f"engine must be a ContextEngine, got {engine!r}; "
+                "build one with ContextEngine.default(context_window=..., summarizer=...)"
+            )
+        if not isinstance(compact_command, bool):
+            raise ConfigurationError(
+                f"compact_command must be True or False, got {compact_command!r}"
+            )
+        self.engine = engine
+        self.compact_command = compact_command
+        self.tools = []
+        self._reader = _Reader()
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> _Result:
+        """Project, call the model, commit or recover (blocking; used by ``invoke``)."""
+        driver = _Driver(_model_call(self.engine, self._reader, request, self.compact_command))
+        while (step := driver.next()) is not None:
+            try:
+                if isinstance(step, _ModelCall):
+                    driver.reply(handler(step.request))
+                else:
+                    driver.reply(run_blocking(step.start, step.method))
+            except Exception as exc:
+                driver.fail(exc)
+        return driver.result
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> _Result:
+        """Project, call the model, commit or recover (used by ``ainvoke``)."""
+        driver = _Driver(_model_call(self.engine, self._reader, request, self.compact_command))
+        while (step := driver.next()) is not None:
+            try:
+                if isinstance(step, _ModelCall):
+                    driver.reply(await handler(step.request))
+                else:
+                    driver.reply(await step.start())
+            except Exception as exc:
+                driver.fail(exc)
+        return driver.result
+
+
+class _Driver:
+    """Runs the body: hands it the outcome of each step and keeps its result.
+
+    The hooks only perform the steps (blocking or awaiting); every decision is
+    in the body.
+    """
+
+    def __init__(self, flow: _Flow) -> None:
+        self._flow = flow
+        self._reply: Any = None
+        self._error: Exception | None = None
+        self.result: _Result = ModelResponse(result=[])
+
+    def next(self) -> _Step | None:
+        """The next step, or None once the body returned (then read ``result``)."""
+        reply, error = self._reply, self._error
+        self._reply, self._error = None, None
+        try:
+            return self._flow.throw(error) if error is not None else self._flow.send(reply)
+        except StopIteration as done:
+            self.result = done.value
+            return None
+
+    def reply(self, value: Any) -> None:
+        """The outcome of the step: a value."""
+        self._reply = value
+
+    def fail(self, error: Exception) -> None:
+        """The outcome of the step: an exception, raised inside the body."""
+        self._error = error
+
+
+# ------------------------------------------------------------------------- the body
+
+
+def _model_call(
+    engine: ContextEngine, reader: _Reader, request: ModelRequest[Any], commands: bool
+) -> _Flow:
+    """The one body of both hooks: yields engine and model calls, returns the hook's result."""
+    lead, transcript = reader.read(request.system_message, request.messages)
+    command = _compact_command(transcript) if commands else None
+    if command is not None:
+        instructions, history = command.instructions, transcript[:-1]
+        compacted: CommitResult = yield _EngineCall(
+            "compact", lambda: engine.compact(history, instructions)
+        )
+        return _compacted(reader, compacted, len(lead), request.messages[-1])
+    view, commit = yield from _project(engine, transcript)
+    try:
+        response: ModelResponse[Any] = yield _ModelCall(_with_view(request, view, len(lead)))
+    except Exception as exc:
+        if not _is_overflow(exc):
+            raise
+        overflow = exc
+    else:
+        return _respond(reader, response, commit, len(lead))
+    recovery: RecoveryResult = yield _EngineCall(
+        "recover_overflow",
+        lambda: engine.recover_overflow(
+            transcript, overflow if is_context_overflow(overflow) else None
+        ),
+    )
+    if not recovery.changed:
+        raise overflow
+    logger.info(
+        "strategy=<%s> tokens_after=<%d> | context overflow recovered; retrying the call once",
+        recovery.strategy,
+        recovery.usage.tokens,
+    )
+    response = yield _ModelCall(_with_view(request, recovery.messages, len(lead)))
+    return _respond(reader, response, recovery.commit_messages, len(lead))
+
+
+def _project(
+    engine: ContextEngine, transcript: _Transcript
+) -> Generator[_Step, Any, tuple[_Transcript | None, _Transcript | None]]:
+    """The view to send (None: the request as it is) and the messages to commit (or None)."""
+    try:
+        projection: Projection = yield _EngineCall("project", lambda: engine.project(transcript))
+    except CompactionError as exc:
+        logger.warning(
+            "strategy=<%s> failures=<%d> | projection failed; sending the best view reached",
+            exc.strategy,
+            exc.failures,
+        )
+        return (exc.view if exc.view != transcript else None), exc.commit_messages
+    return (projection.messages if projection.changed else None), projection.commit_messages
+
+
+def _is_overflow(error: BaseException) -> bool:
+    return isinstance(error, _OVERFLOW_TYPES) or is_context_overflow(error)
+
+
+def _compact_command(transcript: _Transcript) -> CompactCommand | None:
+    last = transcript[-1] if transcript else None
+    if last is None or last.role != "user" or last.is_summary:
+        return None
+    return parse_compact_command(last.text)
+
+
+def _with_view(
+    request: ModelRequest[Any], view: Sequence[Message] | None, lead: int
+) -> ModelRequest[Any]:
+    """The request with the view's messages; the system prompt stays where LangChain keeps it."""
+    if view is None:
+        return request
+    return request.override(messages=_state_messages(view, lead))
+
+
+def _state_messages(messages: Sequence[Message], lead: int) -> list[AnyMessage]:
+    converted: list[BaseMessage] = to_langchain(messages[lead:])
+    return converted  # type: ignore[return-value]  # to_langchain builds the four AnyMessage kinds
+
+
+def _replace_state(messages: list[Any]) -> Command[Any]:
+    return Command(update={"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *messages]})
+
+
+def _respond(
+    reader: _Reader, response: ModelResponse[Any], commit: Sequence[Message] | None, lead: int
+) -> _Result:
+    """The model's answer, with a state update that commits ``commit`` when there is one."""
+    if commit is None:
+        return response
+    kept = reader.write(commit[lead:])
+    return ExtendedModelResponse(
+        model_response=response, command=_replace_state([*kept, *response.result])
+    )
+
+
+def _compacted(reader: _Reader, result: CommitResult, lead: int, command: AnyMessage) -> _Result:
+    """The answer to ``/compact``: a note, and the compacted history committed before it."""
+    if not result.changed:
+        note = AIMessage(content="Nothing to compact: the conversation is already short.")
+        return ModelResponse(result=[note])
+    note = AIMessage(
+        content=(
+            f"Compacted the conversation ({result.strategy}): {result.compacted_count} "
+            f"messages replaced by a checkpoint, {result.kept_count} kept verbatim."
+        )
+    )
+    kept = reader.write(result.messages[lead:])
+    return ExtendedModelResponse(
+        model_response=ModelResponse(result=[note]),
+        command=_replace_state([*kept, command, note]),
+    )

@@ -1,0 +1,469 @@
+"""ContextEngineMiddleware in real LangChain agent loops: views, commits, overflow, /compact."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
+from langchain_core.exceptions import ContextOverflowError
+from langchain_core.language_models.chat_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from pydantic import Field
+
+from context_engine import ConfigurationError, ContextEngine, RewriteEvent, StrategyResult
+from context_engine.formats.langchain import from_langchain, message_from_langchain
+from context_engine.integrations.langchain import ContextEngineMiddleware
+from context_engine.invariants import check_view
+from context_engine.strategies.base import Budget
+from context_engine.summarize.extractive import ExtractiveSummarizer
+from context_engine.testing import FixedTokenCounter
+from context_engine.tokens import REQUEST_OVERHEAD_TOKENS
+
+COUNTER = FixedTokenCounter()
+LIMIT = 3_000  # the provider's real window in the overflow tests, below the engine's threshold
+NOTE = "because the files read so far point at it. " * 5
+MODES = ["sync", "async"]
+
+
+def prompt_tokens(messages: Sequence[BaseMessage]) -> int:
+    """The prompt as the engine measures it with ``COUNTER`` (what the fake model bills)."""
+    counted = sum(COUNTER.count_message(m) for m in from_langchain(messages))
+    return counted + REQUEST_OVERHEAD_TOKENS
+
+
+class PromptTooLongError(ContextOverflowError):
+    """What a provider integration raises: its own error, also a ContextOverflowError."""
+
+
+OVERFLOW_ERRORS: list[tuple[str, Callable[[int], Exception]]] = [
+    ("langchain overflow error", lambda n: ContextOverflowError(f"{n} tokens: over budget")),
+    (
+        "provider subclass stating sizes",
+        lambda n: PromptTooLongError(f"prompt is too long: {n} tokens > {LIMIT} maximum"),
+    ),
+    (
+        "plain error with the provider's text",
+        lambda n: ValueError(
+            f"This model's maximum context length is {LIMIT} tokens. "
+            f"However, your messages resulted in {n} tokens."
+        ),
+    ),
+]
+
+
+class ScriptedModel(BaseChatModel):
+    """Reads ``steps`` files, one tool call per model call, then answers ``done``.
+
+    Prompts above ``limit`` tokens are rejected with ``overflow(tokens)``; it
+    reports usage like a provider, and records every prompt it received.
+    """
+
+    steps: int = 40
+    tool: str = "read_file"
+    limit: int | None = None
+    overflow: Callable[[int], Exception] = OVERFLOW_ERRORS[0][1]
+    received: list[list[BaseMessage]] = Field(default_factory=list)
+    answered: int = 0
+    rejected: int = 0
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedModel:  # type: ignore[override]
+        return self
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
+        self.received.append(list(messages))
+        tokens = prompt_tokens(messages)
+        if self.limit is not None and tokens > self.limit:
+            self.rejected += 1
+            raise self.overflow(tokens)
+        step, self.answered = self.answered, self.answered + 1
+        if step >= self.steps:
+            message = AIMessage("done")
+        else:
+            path = f"src/mod_{step}.py"
+            read = {"name": self.tool, "args": {"path": path}, "id": f"call_{step}"}
+            message = AIMessage(f"Reading mod_{step} next, {NOTE}", tool_calls=[read])
+        answer = COUNTER.count_message(message_from_langchain(message))
+        message.usage_metadata = {
+            "input_tokens": tokens,
+            "output_tokens": answer,
+            "total_tokens": tokens + answer,
+        }
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+
+@tool
+def read_file(path: str) -> str:
+    """Read a source file."""
+    return f"# {path}\n" + "\n".join(f"value_{n} = {n * 7}  # computed" for n in range(5))
+
+
+@tool
+def read_log(path: str) -> str:
+    """Read a long log file."""
+    return f"# log of {path}\n" + "\n".join(f"step {n}: ok, nothing to report" for n in range(60))
+
+
+class Recorder(AgentMiddleware):  # type: ignore[type-arg]
+    """Outermost middleware: records the agent state's messages at every model call."""
+
+    def __init__(self, engine: ContextEngine) -> None:
+        self.engine = engine
+        self.transcripts: list[list[BaseMessage]] = []
+        self.anchored: list[int] = []  # provider-reported tokens in the engine's estimate
+
+    def _record(self, request: ModelRequest[Any]) -> None:
+        system = [request.system_message] if request.system_message is not None else []
+        self.transcripts.append([*system, *request.messages])
+
+    def _recorded(self, response: ModelResponse[Any]) -> ModelResponse[Any]:
+        usage = self.engine.usage
+        self.anchored.append(usage.usage_tokens if usage is not None else 0)
+        return response
+
+    def wrap_model_call(
+        self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], ModelResponse[Any]]
+    ) -> ModelResponse[Any]:
+        self._record(request)
+        return self._recorded(handler(request))
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any]:
+        self._record(request)
+        return self._recorded(await handler(request))
+
+
+class Events:
+    """The engine's hooks, collected."""
+
+    def __init__(self) -> None:
+        self.projected: list[RewriteEvent] = []
+        self.recovered: list[RewriteEvent] = []
+        self.compacted: list[RewriteEvent] = []
+
+    def engine(self, **options: Any) -> ContextEngine:
+        options.setdefault("reserve_tokens", 1_000)
+        return ContextEngine.default(
+            5_000,
+            summarizer=ExtractiveSummarizer(),
+            token_counter=COUNTER,
+            on_project=self.projected.append,
+            on_recover=self.recovered.append,
+            on_compact=self.compacted.append,
+            **options,
+        )
+
+
+def invoke(agent: Any, messages: list[BaseMessage], mode: str, **config: Any) -> dict[str, Any]:
+    payload = {"messages": messages}
+    run_config = {"configurable": config} if config else None
+    if mode == "sync":
+        return agent.invoke(payload, run_config)  # type: ignore[no-any-return]
+    return asyncio.run(agent.ainvoke(payload, run_config))  # type: ignore[no-any-return]
+
+
+def build(model: ScriptedModel, engine: ContextEngine, **options: Any) -> tuple[Any, Recorder]:
+    recorder = Recorder(engine)
+    middleware = [recorder, ContextEngineMiddleware(engine)]
+    agent = create_agent(
+        model,
+        tools=[read_file, read_log],
+        system_prompt="You read source files.",
+        middleware=middleware,
+        **options,
+    )
+    return agent, recorder
+
+
+def history(turns: int) -> list[BaseMessage]:
+    messages: list[BaseMessage] = []
+    for n in range(turns):
+        messages += [HumanMessage(f"Question {n}: {NOTE}"), AIMessage(f"Answer {n}: {NOTE}")]
+    return messages
+
+
+# ----------------------------------------------------------------------- agent loops
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_model_call_stays_under_the_threshold_and_commits_leave_a_checkpoint(
+    mode: str,
+) -> None:
+    events = Events()
+    engine = events.engine()
+    model = ScriptedModel(steps=55)
+    agent, recorder = build(model, engine)
+
+    result = invoke(agent, [HumanMessage("Read every module.")], mode)
+
+    assert result["messages"][-1].content == "done"
+    assert model.answered == 56
+    assert len(model.received) == len(recorder.transcripts) == 56
+    commits = [e for e in events.projected if e.committed]
+    assert len(commits) >= 2  # the threshold was crossed several times
+    assert {e.strategy for e in commits} == {"full_summary"}
+    for number, (state, sent) in enumerate(zip(recorder.transcripts, model.received, strict=True)):
+        assert prompt_tokens(sent) <= engine.threshold, f"call {number}"
+        assert check_view(from_langchain(state), from_langchain(sent)) == [], f"call {number}"
+    states = recorder.transcripts
+    shrunk = [n for n in range(1, len(states)) if len(states[n]) < len(states[n - 1])]
+    assert len(shrunk) == len(commits)  # each commit replaced the state's messages
+    assert all(from_langchain(states[n])[1].is_summary for n in shrunk)
+    final = from_langchain(result["messages"])
+    assert final[0].is_summary
+    assert sum(1 for m in final if m.role == "tool") < 55  # the state was really shortened
+    # Provider usage anchors every estimate but the first and those of a rewritten view.
+    assert [n for n, tokens in enumerate(recorder.anchored) if tokens == 0] == [
+        0,
+        *(n - 1 for n in shrunk),
+    ]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_projection_changes_what_the_model_sees_not_the_agent_state(mode: str) -> None:
+    events = Events()
+    engine = events.engine()
+    model = ScriptedModel(steps=14, tool="read_log")
+    agent, recorder = build(model, engine)
+
+    result = invoke(agent, [HumanMessage("Read the logs.")], mode)
+
+    assert result["messages"][-1].content == "done"
+    rewrites = [e for e in events.projected if e.changed]
+    assert rewrites
+    assert {e.strategy for e in rewrites} == {"tool_result_microcompact"}
+    assert not any(e.committed for e in events.projected)
+    logs = [m.content for m in result["messages"] if isinstance(m, ToolMessage)]
+    assert len(logs) == 14
+    assert all(log.startswith("# log") and len(log) > 1_500 for log in logs)  # state untouched
+    shortened = 0
+    for state, sent in zip(recorder.transcripts, model.received, strict=True):
+        assert prompt_tokens(sent) <= engine.threshold
+        assert check_view(from_langchain(state), from_langchain(sent)) == []
+        shortened += prompt_tokens(sent) < prompt_tokens(state)
+    assert shortened >= 3
+
+
+# ---------------------------------------------------------------------------- overflow
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(
+    "overflow", [f for _, f in OVERFLOW_ERRORS], ids=[n for n, _ in OVERFLOW_ERRORS]
+)
+def test_an_overflow_is_recovered_and_the_call_retried_once(
+    mode: str, overflow: Callable[[int], Exception]
+) -> None:
+    events = Events()
+    model = ScriptedModel(steps=60, limit=LIMIT, overflow=overflow)
+    agent, recorder = build(model, events.engine())
+
+    result = invoke(agent, [HumanMessage("Read every module.")], mode)
+
+    assert result["messages"][-1].content == "done"
+    assert model.rejected >= 2
+    assert len(events.recovered) == model.rejected  # one recovery per rejected call
+    assert all(e.committed for e in events.recovered)
+    assert len(model.received) == model.answered + model.rejected
+    accepted = [sent for sent in model.received if prompt_tokens(sent) <= LIMIT]
+    assert len(accepted) == model.answered
+    states = recorder.transcripts
+    shrunk = [n for n in range(1, len(states)) if len(states[n]) < len(states[n - 1])]
+    assert len(shrunk) == model.rejected  # each recovered view was committed
+    assert all(from_langchain(states[n])[1].is_summary for n in shrunk)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_overflow_on_the_retry_surfaces_and_nothing_is_committed(mode: str) -> None:
+    events = Events()
+    model = ScriptedModel(limit=0)
+    agent, _ = build(model, events.engine(), checkpointer=InMemorySaver())
+    messages = [*history(20), HumanMessage("Read every module.")]
+
+    with pytest.raises(ContextOverflowError):
+        invoke(agent, messages, mode, thread_id="t")
+
+    assert len(model.received) == 2  # the call and one retry
+    assert len(events.recovered) == 1
+    assert prompt_tokens(model.received[1]) < prompt_tokens(model.received[0])
+    state = agent.get_state({"configurable": {"thread_id": "t"}}).values["messages"]
+    assert len(state) == len(messages)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_overflow_nothing_can_shrink_surfaces_without_a_retry(mode: str) -> None:
+    events = Events()
+    model = ScriptedModel(limit=0)
+    agent, _ = build(model, events.engine())
+
+    with pytest.raises(ContextOverflowError):
+        invoke(agent, [HumanMessage("hi")], mode)
+
+    assert len(model.received) == 1
+    assert not any(e.changed for e in events.recovered)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_other_model_errors_surface_untouched(mode: str) -> None:
+    events = Events()
+    model = ScriptedModel(limit=0, overflow=lambda n: RuntimeError("rate limited"))
+    agent, _ = build(model, events.engine())
+
+    with pytest.raises(RuntimeError, match="rate limited"):
+        invoke(agent, [*history(20), HumanMessage("go")], mode)
+
+    assert len(model.received) == 1
+    assert events.recovered == []
+
+
+# ---------------------------------------------------------------------------- /compact
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_compact_command_compacts_the_state_without_calling_the_model(mode: str) -> None:
+    events = Events()
+    model = ScriptedModel(steps=10)
+    agent, _ = build(model, events.engine(), checkpointer=InMemorySaver())
+    invoke(agent, [*history(10), HumanMessage("Read every module.")], mode, thread_id="t")
+    calls = len(model.received)
+
+    result = invoke(agent, [HumanMessage("/compact keep the module names")], mode, thread_id="t")
+
+    assert len(model.received) == calls
+    assert len(events.compacted) == 1
+    state = from_langchain(result["messages"])
+    assert state[0].is_summary
+    assert "keep the module names" in state[0].summary
+    assert result["messages"][-2].content == "/compact keep the module names"
+    assert isinstance(result["messages"][-1], AIMessage)
+    assert result["messages"][-1].content.startswith("Compacted the conversation")
+    assert len(state) < 10 * 2 + 1 + 10 * 2 + 1
+
+    invoke(agent, [HumanMessage("What did you find?")], mode, thread_id="t")
+
+    assert len(model.received) == calls + 1
+    assert from_langchain(model.received[-1])[1].is_summary
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_compact_command_with_nothing_to_compact_only_answers(mode: str) -> None:
+    events = Events()
+    model = ScriptedModel()
+    agent, _ = build(model, events.engine())
+
+    result = invoke(agent, [HumanMessage("/compact")], mode)
+
+    assert model.received == []
+    assert [m.content for m in result["messages"]] == [
+        "/compact",
+        "Nothing to compact: the conversation is already short.",
+    ]
+
+
+def test_compact_command_can_be_left_to_the_model() -> None:
+    model = ScriptedModel(steps=0)
+    agent = create_agent(
+        model, middleware=[ContextEngineMiddleware(Events().engine(), compact_command=False)]
+    )
+
+    agent.invoke({"messages": [HumanMessage("/compact")]})
+
+    assert [m.content for m in model.received[0]] == ["/compact"]
+
+
+# ------------------------------------------------------------------------ reliability
+
+
+class Exploding:
+    name = "exploding"
+
+    async def apply(
+        self, transcript: Sequence[Any], view: Sequence[Any], budget: Budget
+    ) -> StrategyResult:
+        raise RuntimeError("strategy bug")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_failing_pipeline_sends_the_best_view_and_the_agent_goes_on(
+    mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    engine = ContextEngine(2_000, [Exploding()], reserve_tokens=500, token_counter=COUNTER)
+    model = ScriptedModel(steps=3)
+    agent, _ = build(model, engine)
+
+    with caplog.at_level(logging.WARNING, logger="context_engine.integrations.langchain"):
+        result = invoke(agent, [*history(20), HumanMessage("go")], mode)
+
+    assert result["messages"][-1].content == "done"
+    failed = [r for r in caplog.records if "projection failed" in r.getMessage()]
+    assert len(failed) == 3  # three failed projections opened the breaker; the 4th was skipped
+    assert engine.breaker_state == "half_open"
+    assert all(prompt_tokens(sent) > engine.threshold for sent in model.received)
+
+
+def test_the_middleware_needs_an_engine() -> None:
+    with pytest.raises(ConfigurationError, match=r"ContextEngine\.default"):
+        ContextEngineMiddleware(object())  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="compact_command"):
+        ContextEngineMiddleware(Events().engine(), compact_command="yes")  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------ observability
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_engine_spans_are_children_of_the_callers_span(mode: str) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    engine = Events().engine(tracer_provider=provider)
+    agent, _ = build(ScriptedModel(steps=3), engine)
+
+    with provider.get_tracer("app").start_as_current_span("agent run") as root:
+        invoke(agent, [HumanMessage("go")], mode)
+
+    projects = [s for s in exporter.get_finished_spans() if s.name == "context_engine.project"]
+    assert len(projects) == 4
+    root_id = root.get_span_context().span_id
+    assert all(s.parent is not None and s.parent.span_id == root_id for s in projects)
+
+
+def test_tool_results_reach_the_agent_state_unchanged() -> None:
+    model = ScriptedModel(steps=2)
+    agent, _ = build(model, Events().engine())
+
+    result = agent.invoke({"messages": [HumanMessage("go")]})
+
+    tools = [m for m in result["messages"] if isinstance(m, ToolMessage)]
+    assert [m.tool_call_id for m in tools] == ["call_0", "call_1"]
+    assert tools[0].content == read_file.invoke({"path": "src/mod_0.py"})
+
+
+def test_an_empty_history_reaches_the_model_as_the_system_prompt_alone() -> None:
+    model = ScriptedModel(steps=0)
+    agent, recorder = build(model, Events().engine())
+
+    result = agent.invoke({"messages": []})
+
+    assert [type(m).__name__ for m in model.received[0]] == ["SystemMessage"]
+    assert recorder.anchored == [0]
+    assert result["messages"][-1].content == "done"
