@@ -1,0 +1,260 @@
+"""pydantic-ai adapter: a capability and a history processor built on `ContextEngine`.
+
+`ContextEngineCapability` is the complete form, for ``Agent(capabilities=[...])``:
+
+* before each attempt at a model request (``prepare_model_request``) the
+  history is converted, projected by the engine, and the view is sent for that
+  attempt only; when the engine says to commit, the run's history
+  (``ctx.messages``) is replaced by the committed view, so later steps and
+  ``result.all_messages()`` start from the checkpoint;
+* when the model call fails with a context-length error
+  (``ModelContextWindowExceededError`` or any error `is_context_overflow`
+  recognises), the history is recovered with ``recover_overflow``, committed,
+  and the request is attempted once more (``RetryModelRequest``); a second
+  overflow in the same step surfaces;
+* a user prompt ``/compact [instructions]`` compacts the history instead of
+  calling the model, and answers with what was done.
+
+`history_processor` is the plain form, for ``ProcessHistory(...)``: pydantic-ai
+writes a processor's result back as the run's history, so every view it
+returns is committed.
+
+Both are thin: convert with `context_engine.formats.pydantic_ai`, call the
+engine, convert back. pydantic-ai runs its hooks as coroutines under
+``run`` and ``run_sync`` alike, so there is one async body and no blocking twin.
+
+Importing this module needs pydantic-ai: ``pip install 'context-engine[pydantic-ai]'``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+try:
+    from pydantic_ai import messages as pm
+    from pydantic_ai.capabilities import AbstractCapability
+    from pydantic_ai.exceptions import RetryModelRequest, SkipModelRequest
+    from pydantic_ai.models import ModelRequestContext
+    from pydantic_ai.tools import RunContext
+except ImportError as exc:  # pragma: no cover - exercised by hiding the package in a test
+    raise ImportError(
+        "context_engine.integrations.pydantic_ai needs pydantic-ai; "
+        "install it with: pip install 'context-engine[pydantic-ai]'"
+    ) from exc
+
+from context_engine.commands import parse_compact_command
+from context_engine.engine import ContextEngine
+from context_engine.errors import CompactionError
+from context_engine.formats._pydantic_ai_write import Group
+from context_engine.formats.pydantic_ai import read_groups, write_history
+from context_engine.messages import Message
+from context_engine.overflow import is_context_overflow
+from context_engine.results import CommitResult
+
+__all__ = ["ContextEngineCapability", "history_processor"]
+
+logger = logging.getLogger(__name__)
+
+HistoryProcessor = Callable[[list[pm.ModelMessage]], Awaitable[list[pm.ModelMessage]]]
+
+
+class _Reader:
+    """Reads histories, giving back the very messages it gave before for unchanged objects.
+
+    The engine trusts a provider usage anchor, and reuses its token counts,
+    only for message objects it has seen before. pydantic-ai keeps its message
+    objects from step to step, so an object read again (and still reading the
+    same) maps to the messages it was read as, or written from, last time.
+    """
+
+    def __init__(self) -> None:
+        self._known: dict[int, tuple[pm.ModelMessage, tuple[Message, ...]]] = {}
+
+    def read(self, history: Sequence[pm.ModelMessage]) -> _Bridge:
+        groups: list[Group] = []
+        known: dict[int, tuple[pm.ModelMessage, tuple[Message, ...]]] = {}
+        for item, group in read_groups(history):
+            entry = self._known.get(id(item))
+            if entry is not None and entry[0] is item and entry[1] == group:
+                group = entry[1]
+            known[id(item)] = (item, group)
+            groups.append((item, group))
+        self._known = known
+        return _Bridge(self, history, groups)
+
+    def remember(self, written: Sequence[pm.ModelMessage], sources: Sequence[Any]) -> None:
+        for item, group in zip(written, sources, strict=True):
+            if group:
+                self._known[id(item)] = (item, tuple(group))
+
+
+class _Bridge:
+    """One pydantic-ai history read once: the transcript, and writing views back."""
+
+    def __init__(
+        self, reader: _Reader, history: Sequence[pm.ModelMessage], groups: list[Group]
+    ) -> None:
+        self.reader = reader
+        self.history = list(history)
+        self.groups = groups
+        self.transcript = tuple(message for _, group in groups for message in group)
+
+    def write(self, messages: Sequence[Message], *, kept: bool) -> list[pm.ModelMessage]:
+        """``messages`` as pydantic-ai messages; unchanged ones are the original objects.
+
+        ``kept``: the result becomes the run's history, so the next read maps its
+        objects back to these very messages.
+        """
+        sources: list[tuple[Message, ...]] = []
+        written = write_history(messages, self.groups, sources=sources)
+        if kept:
+            self.reader.remember(written, sources)
+        return written
+
+
+@dataclasses.dataclass(frozen=True)
+class _Projected:
+    view: list[pm.ModelMessage]
+    commit: list[pm.ModelMessage] | None
+
+
+async def _project(engine: ContextEngine, bridge: _Bridge, *, view_kept: bool) -> _Projected:
+    """Project the history; a failed pipeline still gives its best view (the breaker counts it)."""
+    try:
+        projection = await engine.project(bridge.transcript)
+    except CompactionError as exc:
+        logger.warning(
+            "strategy=<%s> failures=<%d> | projection failed, sending the best view reached",
+            exc.strategy,
+            exc.failures,
+        )
+        view, commit, changed = exc.view, exc.commit_messages, exc.view != bridge.transcript
+    else:
+        view, changed = projection.messages, projection.changed
+        commit = projection.commit_messages if projection.should_commit else None
+    return _Projected(
+        view=bridge.write(view, kept=view_kept) if changed else bridge.history,
+        commit=bridge.write(commit, kept=True) if commit is not None else None,
+    )
+
+
+def history_processor(engine: ContextEngine) -> HistoryProcessor:
+    """A pydantic-ai history processor that projects each request through ``engine``.
+
+    Use it as ``Agent(model, capabilities=[ProcessHistory(history_processor(engine))])``.
+    pydantic-ai replaces the run's history with what a processor returns, so
+    every view is committed: rewritten messages stay rewritten for the rest of
+    the run and in ``result.all_messages()``. Use `ContextEngineCapability` to
+    keep the full history and commit only checkpoints, and for overflow recovery.
+
+    Args:
+        engine: The engine of the session (one per conversation).
+
+    Returns:
+        An async callable taking and returning ``list[ModelMessage]``.
+    """
+    reader = _Reader()
+
+    async def process(messages: list[pm.ModelMessage]) -> list[pm.ModelMessage]:
+        return (await _project(engine, reader.read(messages), view_kept=True)).view
+
+    return process
+
+
+@dataclasses.dataclass
+class ContextEngineCapability(AbstractCapability[Any]):
+    """Keeps every model request of a pydantic-ai agent under the context window.
+
+    Args:
+        engine: The engine of the session (one per conversation: it remembers
+            the last view for usage anchors, snapshots and its circuit breaker).
+        recover_overflow: Recover from a context-length error and retry once.
+        compact_command: Treat a user prompt ``/compact [instructions]`` as a
+            request to compact the history now, without calling the model.
+    """
+
+    engine: ContextEngine
+    recover_overflow: bool = True
+    compact_command: bool = True
+    _reader: _Reader = dataclasses.field(default_factory=_Reader, init=False, repr=False)
+    _attempt: _Bridge | None = dataclasses.field(default=None, init=False, repr=False)
+    _recovered_step: int | None = dataclasses.field(default=None, init=False, repr=False)
+
+    @classmethod
+    def get_serialization_name(cls) -> str | None:
+        """Not buildable from an agent spec: it holds a live engine."""
+        return None
+
+    async def for_run(self, ctx: RunContext[Any]) -> ContextEngineCapability:
+        """A copy with its own per-run state; the engine and the read messages are shared."""
+        run = dataclasses.replace(self)
+        run._reader = self._reader
+        return run
+
+    async def prepare_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        """Send the engine's view for this attempt; commit to the run's history when told to."""
+        retrying = self._recovered_step == ctx.run_step
+        bridge = self._reader.read(list(ctx.messages) if retrying else request_context.messages)
+        if self.compact_command and not retrying:
+            await self._compact_if_asked(ctx, bridge)
+        projected = await _project(self.engine, bridge, view_kept=False)
+        if projected.commit is not None:
+            ctx.messages[:] = projected.commit
+        self._attempt = bridge
+        request_context.messages = projected.view
+        return request_context
+
+    async def on_model_request_error(
+        self, ctx: RunContext[Any], *, request_context: ModelRequestContext, error: Exception
+    ) -> pm.ModelResponse:
+        """After a context-length error: recover, commit, and attempt the request once more."""
+        bridge = self._attempt
+        if not self.recover_overflow or bridge is None or not is_context_overflow(error):
+            raise error
+        if self._recovered_step == ctx.run_step:
+            logger.warning("step=<%d> | context overflow again after recovery", ctx.run_step)
+            raise error
+        try:
+            recovery = await self.engine.recover_overflow(bridge.transcript, error)
+        except CompactionError:
+            logger.warning("step=<%d> | overflow recovery failed", ctx.run_step, exc_info=True)
+            recovery = None
+        if recovery is None or recovery.commit_messages is None or not recovery.should_commit:
+            raise error
+        ctx.messages[:] = bridge.write(recovery.commit_messages, kept=True)
+        self._recovered_step = ctx.run_step
+        logger.info(
+            "step=<%d> tokens_after=<%d> | context overflow recovered, retrying",
+            ctx.run_step,
+            recovery.usage.tokens,
+        )
+        raise RetryModelRequest()
+
+    async def _compact_if_asked(self, ctx: RunContext[Any], bridge: _Bridge) -> None:
+        """Run ``/compact`` instead of the model call when the newest prompt is the command."""
+        if not bridge.groups or not bridge.groups[-1][1]:
+            return
+        last, group = bridge.groups[-1]
+        newest = group[-1]
+        command = parse_compact_command(newest.text) if newest.role == "user" else None
+        if command is None:
+            return
+        before = bridge.transcript[: len(bridge.transcript) - len(group)]
+        result = await self.engine.compact(before, command.instructions) if before else None
+        if result is not None and result.changed:
+            ctx.messages[:] = [*bridge.write(result.messages, kept=True), last]
+        raise SkipModelRequest(pm.ModelResponse(parts=[pm.TextPart(_compact_reply(result))]))
+
+
+def _compact_reply(result: CommitResult | None) -> str:
+    if result is None or not result.changed:
+        return "Nothing to compact."
+    return (
+        f"Compacted {result.compacted_count} messages into a checkpoint; "
+        f"kept {result.kept_count} (about {result.usage.tokens} tokens now)."
+    )

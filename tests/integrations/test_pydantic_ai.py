@@ -1,0 +1,517 @@
+"""pydantic-ai adapter: real agent loops with FunctionModel and real tools, overflow, /compact."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import attrs
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from pydantic_ai import Agent, RunContext
+from pydantic_ai import messages as pm
+from pydantic_ai.capabilities import AbstractCapability, Instrumentation, ProcessHistory
+from pydantic_ai.exceptions import (
+    ModelContextWindowExceededError,
+    ModelHTTPError,
+    ModelRateLimitError,
+)
+from pydantic_ai.models import ModelRequestContext
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.instrumented import InstrumentationSettings
+from pydantic_ai.usage import RequestUsage
+
+from context_engine import ContextEngine, Message, RewriteEvent
+from context_engine.formats.pydantic_ai import REQUEST_KEY, from_pydantic_ai, to_pydantic_ai
+from context_engine.integrations.pydantic_ai import ContextEngineCapability, history_processor
+from context_engine.invariants import check_view
+from context_engine.summarize.extractive import ExtractiveSummarizer
+from context_engine.testing import FixedTokenCounter, RecordingSummarizer, synthetic_session
+
+STEPS = 40
+
+
+@dataclasses.dataclass
+class Recorder(AbstractCapability[Any]):
+    """Placed first: records the run's history before the engine sees it.
+
+    ``hook="prepare"`` records each attempt (for the capability, which works
+    there); ``hook="before"`` records each step (for a history processor).
+    """
+
+    hook: str = "prepare"
+    transcripts: list[list[Message]] = dataclasses.field(default_factory=list)
+
+    async def prepare_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        if self.hook == "prepare":
+            self.transcripts.append(from_pydantic_ai(request_context.messages))
+        return request_context
+
+    async def before_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        if self.hook == "before":
+            self.transcripts.append(from_pydantic_ai(list(request_context.messages)))
+        return request_context
+
+
+class ScriptedModel:
+    """A FunctionModel body: reads files one by one, then finishes; reports usage like a provider.
+
+    The reported ``input_tokens`` is what the test counter gives for the messages
+    received, so the engine's usage anchors are exact.
+    """
+
+    def __init__(self, counter: FixedTokenCounter, steps: int = STEPS, limit: int | None = None):
+        self.counter, self.steps, self.limit = counter, steps, limit
+        self.views: list[list[Message]] = []
+        self.tokens: list[int] = []
+        self.outputs: list[int] = []
+
+    def __call__(self, messages: list[pm.ModelMessage], info: AgentInfo) -> pm.ModelResponse:
+        view = from_pydantic_ai(messages)
+        tokens = sum(self.counter.count_message(m) for m in view)
+        self.views.append(view)
+        self.tokens.append(tokens)
+        if self.limit is not None and tokens > self.limit:
+            raise context_window_error(tokens, self.limit)
+        if len(self.views) > self.steps:
+            parts: list[Any] = [pm.TextPart("All modules read; done.")]
+        else:
+            step = len(self.views)
+            thought = pm.TextPart(f"Step {step}: reading the next module. " + "Reasoning. " * 50)
+            path = {"path": f"src/mod_{step}.py"}
+            parts = [thought, pm.ToolCallPart("read_file", path, tool_call_id=f"call_{step}")]
+        (answer,) = from_pydantic_ai([pm.ModelResponse(parts=parts)])
+        output = self.counter.count_message(answer)
+        self.outputs.append(output)
+        return pm.ModelResponse(
+            parts=parts, usage=RequestUsage(input_tokens=tokens, output_tokens=output)
+        )
+
+
+def plain(messages: list[Message]) -> list[Message]:
+    """Without the request grouping: pydantic-ai merges consecutive requests when it sends them."""
+    return [
+        attrs.evolve(m, metadata={k: v for k, v in m.metadata.items() if k != REQUEST_KEY})
+        if REQUEST_KEY in m.metadata
+        else m
+        for m in messages
+    ]
+
+
+def context_window_error(tokens: int, limit: int) -> ModelHTTPError:
+    message = (
+        f"This model's maximum context length is {limit} tokens. "
+        f"However, your messages resulted in {tokens} tokens."
+    )
+    return ModelHTTPError.for_category(
+        ModelContextWindowExceededError,
+        status_code=400,
+        model_name="scripted",
+        body={"error": {"message": message, "code": "context_length_exceeded"}},
+    )
+
+
+def read_file(path: str) -> str:
+    """Return the contents of a source file."""
+    return f"# {path}\n" + "\n".join(f"line {n}: value = {n * 7}" for n in range(80))
+
+
+def long_history() -> list[pm.ModelMessage]:
+    return to_pydantic_ai(synthetic_session(60))
+
+
+def make_engine(
+    counter: FixedTokenCounter, events: list[RewriteEvent], **options: Any
+) -> ContextEngine:
+    options.setdefault("reserve_tokens", 2000)
+    return ContextEngine.default(
+        8000,
+        summarizer=ExtractiveSummarizer(),
+        token_counter=counter,
+        on_project=events.append,
+        **options,
+    )
+
+
+def make_agent(model: ScriptedModel, *capabilities: AbstractCapability[Any]) -> Agent[None, str]:
+    return Agent(
+        FunctionModel(model),
+        system_prompt="You are a careful agent. Read every module before answering.",
+        tools=[read_file],
+        capabilities=list(capabilities),
+    )
+
+
+# -------------------------------------------------------------------- agent loops
+
+
+async def test_capability_keeps_every_call_under_the_threshold_and_commits_checkpoints(
+    counter: FixedTokenCounter,
+) -> None:
+    events: list[RewriteEvent] = []
+    engine = make_engine(counter, events)
+    model, recorder = ScriptedModel(counter), Recorder()
+    agent = make_agent(model, recorder, ContextEngineCapability(engine))
+
+    result = await agent.run("Read every module in src/ and report.")
+
+    assert result.output == "All modules read; done."
+    assert len(model.views) == STEPS + 1 == len(recorder.transcripts)
+    assert max(model.tokens) <= engine.threshold
+    unmanaged = sum(counter.count_text(read_file(f"src/mod_{n}.py")) for n in range(STEPS))
+    assert unmanaged > 2 * engine.threshold  # without the engine: far over, several times
+    for transcript, view in zip(recorder.transcripts, model.views, strict=True):
+        assert check_view(plain(transcript), plain(view)) == []
+    rewrites = [e for e in events if e.changed]
+    commits = [e for e in events if e.committed]
+    assert len(rewrites) >= 5
+    assert len(commits) >= 2
+    first_commit = next(
+        i for i, t in enumerate(recorder.transcripts[1:], 1) if any(m.is_summary for m in t)
+    )
+    assert all(any(m.is_summary for m in view) for view in model.views[first_commit:])
+    history = from_pydantic_ai(result.all_messages())
+    assert sum(m.is_summary for m in history) == 1
+    assert len(history) < 2 * STEPS
+    assert history[-1].text == "All modules read; done."
+
+
+async def test_between_commits_the_full_history_is_kept_and_only_the_view_shrinks(
+    counter: FixedTokenCounter,
+) -> None:
+    events: list[RewriteEvent] = []
+    engine = make_engine(counter, events)
+    model, recorder = ScriptedModel(counter), Recorder()
+    agent = make_agent(model, recorder, ContextEngineCapability(engine))
+
+    await agent.run("Read every module in src/ and report.")
+
+    steps = zip(recorder.transcripts, recorder.transcripts[1:], model.views, strict=False)
+    kept = [
+        (transcript, view)
+        for transcript, following, view in steps
+        if view != transcript and following[: len(transcript)] == transcript
+    ]
+    assert len(kept) >= 3  # the view was rewritten, the history was not
+    assert all(len(view) <= len(transcript) for transcript, view in kept)
+
+
+async def test_history_processor_commits_every_view(counter: FixedTokenCounter) -> None:
+    """pydantic-ai writes a processor's result back: each transcript starts with the last view."""
+    events: list[RewriteEvent] = []
+    engine = make_engine(counter, events)
+    model, recorder = ScriptedModel(counter), Recorder(hook="before")
+    agent = make_agent(model, recorder, ProcessHistory(history_processor(engine)))
+
+    result = await agent.run("Read every module in src/ and report.")
+
+    assert result.output == "All modules read; done."
+    assert max(model.tokens) <= engine.threshold
+    assert len([e for e in events if e.changed]) >= 3
+    for transcript, view in zip(recorder.transcripts, model.views, strict=True):
+        assert check_view(plain(transcript), plain(view)) == []
+    for view, following in zip(model.views, recorder.transcripts[1:], strict=False):
+        assert following[: len(view)] == view
+    history = from_pydantic_ai(result.all_messages())
+    assert history[: len(model.views[-1])] == model.views[-1]
+    assert any(m.is_summary for m in history)
+
+
+@pytest.fixture
+def event_loop_for_run_sync() -> Iterator[None]:
+    """``run_sync`` drives the current event loop and leaves it open: give it one and close it."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    yield
+    asyncio.set_event_loop(None)
+    loop.close()
+
+
+@pytest.mark.usefixtures("event_loop_for_run_sync")
+def test_run_sync_drives_the_same_async_hooks(counter: FixedTokenCounter) -> None:
+    events: list[RewriteEvent] = []
+    engine = make_engine(counter, events)
+    model = ScriptedModel(counter, steps=25)
+    capability = ContextEngineCapability(engine)
+    agent = make_agent(model, capability)
+
+    first = agent.run_sync("Read the modules.")
+    second = agent.run_sync("Once more.", message_history=first.all_messages())
+
+    assert first.output == second.output == "All modules read; done."
+    assert max(model.tokens) <= engine.threshold
+    assert any(e.committed for e in events)
+    assert capability._attempt is None  # per-run state lives on the run's copy
+
+
+async def test_provider_usage_anchors_the_engine_estimate(counter: FixedTokenCounter) -> None:
+    """Below the threshold the view is the transcript, so the reported usage is trusted."""
+    engine = ContextEngine.default(200_000, token_counter=counter)
+    model = ScriptedModel(counter, steps=3)
+    agent = make_agent(model, ContextEngineCapability(engine))
+
+    await agent.run("Read the modules.")
+
+    assert engine.usage is not None
+    assert engine.usage.usage_tokens == model.tokens[-2] + model.outputs[-2]  # the last report
+    assert engine.usage.trailing_tokens > 0
+
+
+async def test_an_image_prompt_reaches_the_model_as_it_was_sent(counter: FixedTokenCounter) -> None:
+    events: list[RewriteEvent] = []
+    engine = make_engine(counter, events)
+    seen: list[list[pm.ModelMessage]] = []
+
+    def model(messages: list[pm.ModelMessage], info: AgentInfo) -> pm.ModelResponse:
+        seen.append(messages)
+        return pm.ModelResponse(parts=[pm.TextPart("a chart")])
+
+    agent = Agent(FunctionModel(model), capabilities=[ContextEngineCapability(engine)])
+    prompt = ["What is in this image?", pm.ImageUrl("https://example.com/chart.png")]
+    await agent.run(prompt, message_history=long_history())
+
+    assert any(e.changed for e in events)
+    (last_request,) = [m for m in seen[0][-1:] if isinstance(m, pm.ModelRequest)]
+    (part,) = [p for p in last_request.parts if isinstance(p, pm.UserPromptPart)]
+    assert part.content == prompt
+    assert sum(counter.count_message(m) for m in from_pydantic_ai(seen[0])) <= engine.threshold
+
+
+async def test_a_streamed_run_is_projected_by_the_same_hook(counter: FixedTokenCounter) -> None:
+    events: list[RewriteEvent] = []
+    engine = make_engine(counter, events)
+    received: list[int] = []
+
+    async def stream(messages: list[pm.ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+        received.append(sum(counter.count_message(m) for m in from_pydantic_ai(messages)))
+        yield "streamed "
+        yield "answer"
+
+    agent = Agent(
+        FunctionModel(stream_function=stream), capabilities=[ContextEngineCapability(engine)]
+    )
+    async with agent.run_stream("Go on.", message_history=long_history()) as run:
+        output = await run.get_output()
+
+    assert output == "streamed answer"
+    assert len(received) == 1
+    assert received[0] <= engine.threshold
+    assert len([e for e in events if e.changed]) == 1
+
+
+# ----------------------------------------------------------------------- overflow
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        lambda tokens, limit: context_window_error(tokens, limit),
+        lambda tokens, limit: ModelHTTPError(
+            400,
+            "scripted",
+            {"error": {"message": f"prompt is too long: {tokens} tokens > {limit} maximum"}},
+        ),
+    ],
+    ids=["typed-context-window-error", "http-400-prompt-too-long"],
+)
+async def test_overflow_is_recovered_and_the_request_retried_once(
+    counter: FixedTokenCounter, error: Any
+) -> None:
+    recoveries: list[RewriteEvent] = []
+    engine = ContextEngine.default(
+        200_000,
+        summarizer=ExtractiveSummarizer(),
+        token_counter=counter,
+        on_recover=recoveries.append,
+    )
+    limit, calls = 6000, []
+
+    def model(messages: list[pm.ModelMessage], info: AgentInfo) -> pm.ModelResponse:
+        view = from_pydantic_ai(messages)
+        tokens = sum(counter.count_message(m) for m in view)
+        calls.append(view)
+        if tokens > limit:
+            raise error(tokens, limit)
+        return pm.ModelResponse(
+            parts=[pm.TextPart("fits now")], usage=RequestUsage(input_tokens=tokens)
+        )
+
+    recorder = Recorder()
+    agent = Agent(FunctionModel(model), capabilities=[recorder, ContextEngineCapability(engine)])
+    result = await agent.run("Go on.", message_history=long_history())
+
+    assert result.output == "fits now"
+    assert len(calls) == 2
+    assert len(recoveries) == 1
+    assert sum(counter.count_message(m) for m in calls[1]) <= limit
+    assert check_view(plain(recorder.transcripts[0]), plain(calls[1])) == []
+    history = from_pydantic_ai(result.all_messages())
+    assert plain(history[: len(calls[1])]) == plain(calls[1])  # the recovered view was committed
+    assert len(history) < len(recorder.transcripts[0])
+
+
+async def test_a_second_overflow_in_the_same_step_surfaces(counter: FixedTokenCounter) -> None:
+    recoveries: list[RewriteEvent] = []
+    engine = ContextEngine.default(
+        200_000,
+        summarizer=ExtractiveSummarizer(),
+        token_counter=counter,
+        on_recover=recoveries.append,
+    )
+    calls: list[int] = []
+
+    def model(messages: list[pm.ModelMessage], info: AgentInfo) -> pm.ModelResponse:
+        calls.append(len(messages))
+        raise context_window_error(999_999, 100)
+
+    agent = Agent(FunctionModel(model), capabilities=[ContextEngineCapability(engine)])
+    with pytest.raises(ModelContextWindowExceededError):
+        await agent.run("Go on.", message_history=long_history())
+    assert len(calls) == 2
+    assert len(recoveries) == 1
+
+
+@pytest.mark.parametrize(
+    ("error", "recover"),
+    [
+        (ModelHTTPError.for_category(ModelRateLimitError, status_code=429, model_name="m"), True),
+        (context_window_error(9000, 100), False),
+    ],
+    ids=["rate-limit-is-not-an-overflow", "recovery-switched-off"],
+)
+async def test_other_errors_surface_at_once(
+    counter: FixedTokenCounter, error: Exception, recover: bool
+) -> None:
+    recoveries: list[RewriteEvent] = []
+    engine = ContextEngine.default(200_000, token_counter=counter, on_recover=recoveries.append)
+    calls: list[int] = []
+
+    def model(messages: list[pm.ModelMessage], info: AgentInfo) -> pm.ModelResponse:
+        calls.append(len(messages))
+        raise error
+
+    capability = ContextEngineCapability(engine, recover_overflow=recover)
+    agent = Agent(FunctionModel(model), capabilities=[capability])
+    with pytest.raises(type(error)):
+        await agent.run("Go on.", message_history=long_history())
+    assert len(calls) == 1
+    assert recoveries == []
+
+
+# ------------------------------------------------------------------------- /compact
+
+
+async def test_compact_command_compacts_without_calling_the_model(
+    counter: FixedTokenCounter,
+) -> None:
+    compactions: list[RewriteEvent] = []
+    engine = ContextEngine.default(
+        200_000,
+        summarizer=ExtractiveSummarizer(),
+        token_counter=counter,
+        on_compact=compactions.append,
+    )
+    calls: list[int] = []
+
+    def model(messages: list[pm.ModelMessage], info: AgentInfo) -> pm.ModelResponse:
+        calls.append(len(messages))
+        return pm.ModelResponse(parts=[pm.TextPart("model answer")])
+
+    agent = Agent(FunctionModel(model), capabilities=[ContextEngineCapability(engine)])
+    before = long_history()
+    result = await agent.run("/compact keep the failing test names", message_history=before)
+
+    assert calls == []
+    assert len(compactions) == 1
+    assert result.output.startswith("Compacted ")
+    history = from_pydantic_ai(result.all_messages())
+    assert sum(m.is_summary for m in history) == 1
+    assert len(history) < len(from_pydantic_ai(before))
+    assert [m.text for m in history[-2:]] == ["/compact keep the failing test names", result.output]
+    assert compactions[0].info is not None
+    assert compactions[0].info.compacted_count > 0
+
+    follow_up = await agent.run("What next?", message_history=result.all_messages())
+    assert follow_up.output == "model answer"
+    assert len(calls) == 1
+
+
+async def test_compact_on_a_new_conversation_has_nothing_to_do(counter: FixedTokenCounter) -> None:
+    engine = ContextEngine.default(
+        200_000, summarizer=ExtractiveSummarizer(), token_counter=counter
+    )
+    agent = Agent(
+        FunctionModel(lambda m, i: pm.ModelResponse(parts=[pm.TextPart("x")])),
+        capabilities=[ContextEngineCapability(engine)],
+    )
+    result = await agent.run("/compact")
+    assert result.output == "Nothing to compact."
+
+
+async def test_compact_command_can_be_switched_off(counter: FixedTokenCounter) -> None:
+    engine = ContextEngine.default(200_000, token_counter=counter)
+    agent = Agent(
+        FunctionModel(lambda m, i: pm.ModelResponse(parts=[pm.TextPart("model answer")])),
+        capabilities=[ContextEngineCapability(engine, compact_command=False)],
+    )
+    result = await agent.run("/compact")
+    assert result.output == "model answer"
+
+
+# ---------------------------------------------------------------- failure, telemetry
+
+
+async def test_a_failing_summarizer_still_sends_the_best_view(counter: FixedTokenCounter) -> None:
+    events: list[RewriteEvent] = []
+    summarizer = RecordingSummarizer(fail=RuntimeError("summarizer down"))
+    engine = ContextEngine.default(
+        8000,
+        summarizer=summarizer,
+        token_counter=counter,
+        reserve_tokens=2000,
+        on_project=events.append,
+    )
+    model = ScriptedModel(counter, steps=30)
+    agent = make_agent(model, ContextEngineCapability(engine))
+
+    result = await agent.run("Read the modules.")
+
+    assert result.output == "All modules read; done."
+    assert summarizer.calls >= 1
+    assert engine.consecutive_failures >= 1
+    assert len(model.views) == 31
+
+
+async def test_engine_spans_are_children_of_the_model_request_span(
+    counter: FixedTokenCounter,
+) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    engine = ContextEngine.default(
+        8000, token_counter=counter, reserve_tokens=2000, tracer_provider=provider
+    )
+    model = ScriptedModel(counter, steps=3)
+    instrumentation = Instrumentation(settings=InstrumentationSettings(tracer_provider=provider))
+    agent = make_agent(model, instrumentation, ContextEngineCapability(engine))
+
+    await agent.run("Read the modules.")
+
+    spans = exporter.get_finished_spans()
+    by_id = {span.context.span_id: span for span in spans}
+    projects = [s for s in spans if s.name == "context_engine.project"]
+    assert len(projects) == len(model.views) == 4
+    for span in projects:
+        assert span.parent is not None
+        parent = by_id[span.parent.span_id]
+        assert parent.name.startswith("chat ")
+        assert parent.instrumentation_scope.name == "pydantic-ai"
+        assert span.context.trace_id == parent.context.trace_id
