@@ -1,0 +1,673 @@
+"""The OpenAI Agents SDK adapter: real runner loops with the SDK's scripted model and real tools."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import sys
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import attrs
+import openai
+import pytest
+from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool
+from agents.items import ModelResponse
+from agents.models.interface import Model
+from agents.retry import ModelRetryAdvice, ModelRetryAdviceRequest
+from agents.run_config import CallModelData, ModelInputData
+from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
+from agents.tracing import TracingProcessor, get_trace_provider, set_trace_provider
+from agents.tracing.provider import DefaultTraceProvider
+from agents.usage import Usage as AgentsUsage
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from context_engine import ContextEngine, ContextSummary, Message, ToolCall, Usage
+from context_engine.errors import ConfigurationError
+from context_engine.formats.openai_agents import from_openai_agents, to_openai_agents
+from context_engine.integrations._openai_agents_state import Commit, MessageCache
+from context_engine.integrations.openai_agents import (
+    ContextEngineInputFilter,
+    ContextEngineModel,
+    ContextEngineSession,
+)
+from context_engine.invariants import check_view
+from context_engine.summarize.extractive import ExtractiveSummarizer
+from context_engine.testing import FixedTokenCounter
+from context_engine.tokens import REQUEST_OVERHEAD_TOKENS
+from tests.provider_errors import openai_status_error
+
+INSTRUCTIONS = "You are a careful coding agent. Read the modules before you change them."
+TOOL_SCHEMA_TOKENS = 50  # what the fake provider bills on top of the messages
+
+
+@function_tool
+def read_file(path: str) -> str:
+    """Read a source file of the repository."""
+    return f"# {path}\n" + "\n".join(f"line {n}: value = compute({n})" for n in range(30))
+
+
+def overflow() -> openai.APIStatusError:
+    return openai_status_error(
+        400,
+        "This model's maximum context length is 2048 tokens. However, your messages resulted "
+        "in 3100 tokens. Please reduce the length of the messages.",
+        code="context_length_exceeded",
+    )
+
+
+@attrs.define
+class Harness:
+    """An engine, its filter, and what every model call received."""
+
+    counter: FixedTokenCounter
+    engine: ContextEngine
+    input_filter: ContextEngineInputFilter
+    events: list[Any] = attrs.field(factory=list)
+    recoveries: list[Any] = attrs.field(factory=list)
+    received: list[tuple[list[Any], str | None]] = attrs.field(factory=list)
+
+    async def recording_filter(self, data: CallModelData[Any]) -> ModelInputData:
+        """The filter, remembering the full history the SDK passed in."""
+        self.received.append((list(data.model_data.input), data.model_data.instructions))
+        return await self.input_filter(data)
+
+    def run_config(self, **options: Any) -> RunConfig:
+        options.setdefault("tracing_disabled", True)
+        return RunConfig(call_model_input_filter=self.recording_filter, **options)
+
+    def view(self, call: ModelCall) -> list[Message]:
+        """What one model call received, as messages (the instructions first)."""
+        head = [Message.system(call.system_instructions)] if call.system_instructions else []
+        return head + from_openai_agents(call.input)
+
+    def transcript(self, index: int) -> list[Message]:
+        """The full history the SDK held at model call ``index``."""
+        items, instructions = self.received[index]
+        return [Message.system(instructions or ""), *from_openai_agents(items)]
+
+    def tokens(self, messages: list[Message]) -> int:
+        return sum(self.counter.count_message(m) for m in messages) + REQUEST_OVERHEAD_TOKENS
+
+    def respond(self, text: str, *, call_id: str | None = None) -> ModelStep:
+        """A scripted step: ``text``, a read_file call unless ``call_id`` is None, and usage."""
+
+        def answer(call: ModelCall) -> ModelStep:
+            output = [assistant_message(text, item_id=f"msg_{call_id or 'final'}")]
+            if call_id is not None:
+                output.append(
+                    function_call("read_file", {"path": f"{call_id}.py"}, call_id=call_id)
+                )
+            prompt = self.tokens(self.view(call)) + TOOL_SCHEMA_TOKENS
+            usage = AgentsUsage(requests=1, input_tokens=prompt, output_tokens=40)
+            usage.total_tokens = prompt + 40
+            return ModelStep(output=output, usage=usage)
+
+        return ModelStep.respond(answer)
+
+
+def make_harness(window: int = 3000, reserve: int = 600) -> Harness:
+    counter = FixedTokenCounter()
+    harness = Harness(counter, None, None)  # type: ignore[arg-type]  # filled below
+    harness.engine = ContextEngine.default(
+        window,
+        summarizer=ExtractiveSummarizer(),
+        token_counter=counter,
+        reserve_tokens=reserve,
+        on_project=harness.events.append,
+        on_recover=harness.recoveries.append,
+    )
+    harness.input_filter = ContextEngineInputFilter(harness.engine)
+    return harness
+
+
+def steps(harness: Harness, count: int, tag: str = "s") -> list[ModelStep]:
+    """``count`` tool steps with a reasoned sentence each, then a final answer."""
+    script = [
+        harness.respond(
+            f"Step {n}: reading module {n} because the parser calls it on nested groups; "
+            "progress so far is noted here in a full sentence.",
+            call_id=f"{tag}{n}",
+        )
+        for n in range(count)
+    ]
+    return [*script, harness.respond(f"{tag}: done")]
+
+
+def agent_for(model: Model) -> Agent[Any]:
+    return Agent(name="coder", instructions=INSTRUCTIONS, model=model, tools=[read_file])
+
+
+# ------------------------------------------------------------------- the agent loop
+
+
+async def test_agent_loop_keeps_every_model_call_under_the_threshold_with_checkpoints() -> None:
+    """A long run crosses the threshold many times; every call fits, keeps the invariants."""
+    harness = make_harness()
+    model = ScriptedModel(steps(harness, 40))
+    wrapped = ContextEngineModel(model, harness.input_filter)
+
+    result = await Runner.run(
+        agent_for(wrapped),
+        "Fix the nested parentheses bug.",
+        run_config=harness.run_config(),
+        max_turns=60,
+    )
+
+    assert result.final_output == "s: done"
+    calls = model.calls
+    assert len(calls) == 41
+    threshold = harness.engine.threshold
+    full_sizes = [harness.tokens(harness.transcript(i)) for i in range(len(calls))]
+    assert sum(size > threshold for size in full_sizes) >= 30  # the history really overflowed
+    assert sum(e.committed for e in harness.events) >= 2
+    assert sum(e.changed for e in harness.events) >= 10
+    views = [harness.view(call) for call in calls]
+    first_commit = next(i for i, view in enumerate(views) if view[1].is_summary)
+    for index, view in enumerate(views):
+        assert harness.tokens(view) <= threshold, index
+        assert check_view(harness.transcript(index), view) == [], index
+        assert view[1].is_summary == (index >= first_commit), index
+    checkpoints = {view[1].text for view in views if view[1].is_summary}
+    assert len(checkpoints) >= 2  # later commits replaced the first checkpoint
+
+
+async def test_usage_reported_by_the_model_anchors_the_engine_estimate() -> None:
+    """Each response's usage reaches the engine: tool schemas the counter misses are seen."""
+    harness = make_harness(window=20_000, reserve=4096)
+    model = ScriptedModel(steps(harness, 3))
+    usages = []
+
+    async def spy(data: CallModelData[Any]) -> ModelInputData:
+        result = await harness.recording_filter(data)
+        usages.append(harness.engine.usage)
+        return result
+
+    config = RunConfig(call_model_input_filter=spy, tracing_disabled=True)
+    await Runner.run(
+        agent_for(ContextEngineModel(model, harness.input_filter)), "go", run_config=config
+    )
+
+    anchored = [u.usage_tokens for u in usages]
+    assert anchored[0] == 0  # nothing reported yet
+    assert all(tokens > 0 for tokens in anchored[1:])
+    for usage, call in zip(usages[1:], model.calls[1:], strict=True):
+        counted = harness.tokens(harness.view(call))
+        assert usage.tokens >= counted + TOOL_SCHEMA_TOKENS - 40  # the schema overhead is in
+
+
+async def test_streamed_run_is_projected_like_a_plain_run() -> None:
+    """``Runner.run_streamed`` goes through the same filter; every call fits."""
+    harness = make_harness()
+    model = ScriptedModel(steps(harness, 25))
+    result = Runner.run_streamed(
+        agent_for(ContextEngineModel(model, harness.input_filter)),
+        "Fix it.",
+        run_config=harness.run_config(),
+        max_turns=40,
+    )
+    async for _ in result.stream_events():
+        pass
+
+    assert result.final_output == "s: done"
+    assert all(call.streamed for call in model.calls)
+    assert any(e.committed for e in harness.events)
+    for index, call in enumerate(model.calls):
+        view = harness.view(call)
+        assert harness.tokens(view) <= harness.engine.threshold
+        assert check_view(harness.transcript(index), view) == []
+
+
+@pytest.fixture
+def sdk_default_loop() -> Iterator[None]:
+    """``Runner.run_sync`` leaves the thread's default loop open: close it afterwards."""
+    yield
+    policy = asyncio.get_event_loop_policy()
+    policy.get_event_loop().close()
+    policy.set_event_loop(None)
+
+
+@pytest.mark.usefixtures("sdk_default_loop")
+def test_run_sync_goes_through_the_same_filter() -> None:
+    """The blocking runner drives the same async filter: one body, no second path."""
+    harness = make_harness()
+    model = ScriptedModel(steps(harness, 25))
+    result = Runner.run_sync(
+        agent_for(ContextEngineModel(model, harness.input_filter)),
+        "Fix it.",
+        run_config=harness.run_config(),
+        max_turns=40,
+    )
+    assert result.final_output == "s: done"
+    assert any(e.committed for e in harness.events)
+    assert all(harness.tokens(harness.view(c)) <= harness.engine.threshold for c in model.calls)
+
+
+async def test_later_runs_that_continue_the_history_start_from_the_commit() -> None:
+    """``result.to_input_list()`` fed back in: the filter still puts its checkpoint first."""
+    harness = make_harness()
+    model = ScriptedModel([*steps(harness, 25, "a"), *steps(harness, 2, "b")])
+    agent = agent_for(ContextEngineModel(model, harness.input_filter))
+    first = await Runner.run(agent, "Fix it.", run_config=harness.run_config(), max_turns=40)
+    assert harness.input_filter.commit_messages is not None
+    calls_before = len(model.calls)
+
+    history = [*first.to_input_list(), {"role": "user", "content": "Now the lexer."}]
+    await Runner.run(agent, history, run_config=harness.run_config(), max_turns=40)
+
+    later = [harness.view(call) for call in model.calls[calls_before:]]
+    assert len(later) == 3
+    assert all(view[1].is_summary for view in later)
+    stored = harness.input_filter.apply_commit(first.to_input_list())
+    assert len(stored) < len(first.to_input_list())
+    assert isinstance(from_openai_agents(stored)[0], ContextSummary)
+
+
+# ------------------------------------------------------------------- overflow
+
+
+def overflow_script(harness: Harness, *, overflows: int) -> list[Any]:
+    """Six tool steps, the provider's context-length error(s), then two more steps."""
+    return [*steps(harness, 6)[:-1], *[overflow()] * overflows, *steps(harness, 2, "t")]
+
+
+async def run_agent(harness: Harness, model: Model, *, streamed: bool) -> Any:
+    agent = agent_for(ContextEngineModel(model, harness.input_filter))
+    config = harness.run_config()
+    if not streamed:
+        return (await Runner.run(agent, "Fix it.", run_config=config, max_turns=20)).final_output
+    result = Runner.run_streamed(agent, "Fix it.", run_config=config, max_turns=20)
+    async for _ in result.stream_events():
+        pass
+    return result.final_output
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["get_response", "stream_response"])
+async def test_context_length_error_is_recovered_and_the_call_retried_once(
+    streamed: bool,
+) -> None:
+    """The rejected call is retried once with the recovered view, which later calls keep."""
+    harness = make_harness(window=8000, reserve=1000)
+    model = ScriptedModel(overflow_script(harness, overflows=1))
+
+    assert await run_agent(harness, model, streamed=streamed) == "t: done"
+
+    assert len(harness.recoveries) == 1
+    rejected, retried, after = model.calls[6], model.calls[7], model.calls[8]
+    assert retried.input != rejected.input
+    assert harness.tokens(harness.view(retried)) < harness.tokens(harness.view(rejected))
+    assert check_view(harness.transcript(6), harness.view(retried)) == []
+    assert after.input[: len(retried.input)] == retried.input  # the recovery was committed
+    assert len(model.calls) == 10
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["get_response", "stream_response"])
+async def test_a_second_context_length_error_surfaces(streamed: bool) -> None:
+    """Recovery happens once; the retry's own overflow reaches the caller unchanged."""
+    harness = make_harness(window=8000, reserve=1000)
+    model = ScriptedModel(overflow_script(harness, overflows=2))
+
+    with pytest.raises(openai.BadRequestError, match="maximum context length"):
+        await run_agent(harness, model, streamed=streamed)
+
+    assert len(harness.recoveries) == 1
+    assert len(model.calls) == 8
+
+
+async def test_an_overflow_nothing_can_be_cut_for_surfaces_without_a_retry() -> None:
+    """The only message is the user's request: recovery shrinks nothing, so no second call."""
+    harness = make_harness()
+    model = ScriptedModel([overflow()])
+
+    with pytest.raises(openai.BadRequestError):
+        await run_agent(harness, model, streamed=False)
+    assert len(model.calls) == 1
+
+
+async def test_other_errors_pass_through_without_recovery() -> None:
+    """A rate limit on tokens per minute is not an overflow: no recovery, no retry."""
+    harness = make_harness()
+    limit = openai_status_error(429, "Rate limit reached: tokens per min (TPM): 30000")
+    model = ScriptedModel([harness.respond("reading", call_id="c0"), limit])
+
+    with pytest.raises(openai.RateLimitError):
+        await run_agent(harness, model, streamed=False)
+    assert harness.recoveries == []
+    assert len(model.calls) == 2
+
+
+class FailingStream(Model):
+    """Streams one event, then fails with a context-length error."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.closed = False
+        self.advice = ModelRetryAdvice(suggested=False)
+
+    def get_retry_advice(self, request: ModelRetryAdviceRequest) -> ModelRetryAdvice | None:
+        return self.advice
+
+    async def close(self) -> None:
+        self.closed = True
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        raise NotImplementedError
+
+    async def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:  # type: ignore[override]
+        self.calls += 1
+        yield attrs.make_class("Event", {"type": attrs.field(default="response.created")})()
+        raise overflow()
+
+
+async def test_a_stream_that_already_produced_events_is_not_retried() -> None:
+    """Retrying after the first event would duplicate output: the error surfaces."""
+    harness = make_harness()
+    inner = FailingStream()
+    model = ContextEngineModel(inner, harness.input_filter)
+    events = []
+
+    async def consume() -> None:
+        async for event in model.stream_response(None, []):
+            events.append(event)
+
+    with pytest.raises(openai.BadRequestError):
+        await consume()
+    assert len(events) == 1
+    assert inner.calls == 1
+    assert harness.recoveries == []
+
+
+# ------------------------------------------------------------------- session
+
+
+async def test_session_stores_the_commit_and_compact_command_compacts_it() -> None:
+    """The stored history takes the checkpoint at the next run; /compact rewrites it."""
+    harness = make_harness()
+    model = ScriptedModel(
+        [*steps(harness, 25, "a"), *steps(harness, 1, "b"), *steps(harness, 0, "c")]
+    )
+    inner = SQLiteSession("conversation")
+    session = ContextEngineSession(inner, harness.input_filter)
+    agent = agent_for(ContextEngineModel(model, harness.input_filter))
+    config = harness.run_config()
+
+    await Runner.run(agent, "Fix the parser.", session=session, run_config=config, max_turns=40)
+    stored = await inner.get_items()
+    assert not isinstance(from_openai_agents(stored)[0], ContextSummary)  # not yet persisted
+
+    await Runner.run(agent, "Now the lexer.", session=session, run_config=config, max_turns=40)
+    persisted = await inner.get_items()
+    assert isinstance(from_openai_agents(persisted)[0], ContextSummary)
+    assert len(persisted) < len(stored) + 6
+    assert harness.view(model.calls[26])[1].is_summary
+
+    result = await session.compact("keep the file names")
+    assert result.changed
+    assert result.compacted_count > 0
+    compacted = from_openai_agents(await inner.get_items())
+    assert "keep the file names" in compacted[0].text
+    assert len(compacted) == result.kept_count + 1
+
+    await Runner.run(agent, "And the cli.", session=session, run_config=config)
+    assert harness.view(model.calls[-1])[1] == compacted[0]
+    await session.clear_session()
+    assert await session.get_items() == []
+    assert harness.input_filter.commit_messages is None
+
+
+async def test_persist_commit_leaves_a_history_it_does_not_stand_for() -> None:
+    """A session whose history does not start with the committed part is not rewritten."""
+    harness = make_harness()
+    model = ScriptedModel(steps(harness, 25))
+    await Runner.run(
+        agent_for(ContextEngineModel(model, harness.input_filter)),
+        "Fix it.",
+        run_config=harness.run_config(),
+        max_turns=40,
+    )
+    other = SQLiteSession("other")
+    await other.add_items([{"role": "user", "content": "unrelated"}])
+    session = ContextEngineSession(other, harness.input_filter)
+
+    assert await session.persist_commit() is False
+    assert await other.get_items() == [{"role": "user", "content": "unrelated"}]
+
+
+# ------------------------------------------------------------------- edge cases
+
+
+def call_data(items: list[Any], instructions: str | None = INSTRUCTIONS) -> CallModelData[Any]:
+    agent = Agent(name="a")
+    return CallModelData(ModelInputData(input=items, instructions=instructions), agent, None)
+
+
+@pytest.mark.parametrize(
+    ("items", "instructions"),
+    [
+        ([], INSTRUCTIONS),
+        ([{"role": "user", "content": "hi"}], None),
+        ([{"role": "user", "content": "hi"}], ""),
+        (
+            [
+                {"role": "user", "content": "hi"},
+                {"type": "function_call", "call_id": "c1", "name": "read_file", "arguments": "{}"},
+            ],
+            INSTRUCTIONS,
+        ),
+    ],
+    ids=["empty history", "no instructions", "empty instructions", "pending call at the end"],
+)
+async def test_input_below_the_threshold_goes_to_the_model_unchanged(
+    items: list[Any], instructions: str | None
+) -> None:
+    """The filter hands the very items and instructions back when nothing must shrink."""
+    harness = make_harness()
+    result = await harness.input_filter(call_data(items, instructions))
+    assert result.input == items
+    assert all(a is b for a, b in zip(result.input, items, strict=True))
+    assert result.instructions == instructions
+
+
+async def test_pending_call_at_the_end_survives_a_rewrite() -> None:
+    """A call still waiting for its result stays as it was in a view above the threshold."""
+    harness = make_harness(window=2000, reserve=500)
+    items: list[Any] = [{"role": "user", "content": "Fix it."}]
+    for n in range(12):
+        items.append(
+            {"type": "function_call", "call_id": f"c{n}", "name": "read_file", "arguments": "{}"}
+        )
+        items.append({"type": "function_call_output", "call_id": f"c{n}", "output": "x" * 800})
+    pending = {"type": "function_call", "call_id": "last", "name": "read_file", "arguments": "{}"}
+    items.append(pending)
+
+    result = await harness.input_filter(call_data(items))
+
+    assert harness.events
+    assert harness.events[-1].changed
+    assert result.input[-1] is pending
+    transcript = [Message.system(INSTRUCTIONS), *from_openai_agents(items)]
+    assert check_view(transcript, [transcript[0], *from_openai_agents(result.input)]) == []
+
+
+def test_filter_needs_an_engine() -> None:
+    with pytest.raises(ConfigurationError, match=r"ContextEngine\.default"):
+        ContextEngineInputFilter("engine")  # type: ignore[arg-type]
+
+
+async def test_model_wrapper_forwards_retry_advice_and_close() -> None:
+    """The SDK asks the wrapper for retry advice and closes it: the wrapped model answers."""
+    inner = FailingStream()
+    model = ContextEngineModel(inner, make_harness().input_filter)
+    request = ModelRetryAdviceRequest(error=RuntimeError("boom"), attempt=1, stream=False)
+    assert model.get_retry_advice(request) is inner.advice
+    await model.close()
+    assert inner.closed
+
+
+# ------------------------------------------------------------------- pure state
+
+
+def test_cache_reuses_message_objects_for_items_it_has_seen() -> None:
+    """An appended history converts only its new items; the old messages stay the same objects."""
+    cache = MessageCache()
+    first = [
+        {"role": "user", "content": "hi"},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+    ]
+    before = cache.convert(first)
+    after = cache.convert(
+        [*first, {"type": "function_call_output", "call_id": "c1", "output": "ok"}]
+    )
+    assert after[0] is before[0]
+    assert after[1] is not before[1]  # model items at the end may go on: converted again
+    assert after[1] == before[1]
+    assert cache.items_of(after[2]) == [
+        {"type": "function_call_output", "call_id": "c1", "output": "ok"}
+    ]
+    assert cache.items_of(Message.user("hi")) is None
+    assert cache.item_count(2) == 2
+
+
+def test_cache_attaches_a_response_usage_to_its_last_item() -> None:
+    """Usage is keyed by the response's last output item, and only the newest are kept."""
+    cache = MessageCache()
+    call = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
+    for n in range(40):
+        cache.remember_usage(
+            [{"type": "function_call", "call_id": f"old{n}", "name": "f"}], Usage(5)
+        )
+    cache.remember_usage([{"role": "assistant", "content": "x"}, call], Usage(120, 7))
+    cache.remember_usage([call], Usage(0))  # an empty report is ignored
+    messages = cache.convert([{"role": "user", "content": "hi"}, call])
+    assert messages[1].usage == Usage(120, 7)
+    assert len(cache._usage) == 32
+
+
+def test_commit_applies_only_to_the_history_it_stands_for() -> None:
+    source = (Message.user("a"), Message.assistant("b"))
+    commit = Commit(source, (ContextSummary(summary="a and b"),))
+    assert commit.apply((*source, Message.user("c"))) == (commit.messages[0], Message.user("c"))
+    assert commit.apply((Message.user("x"), Message.assistant("b"))) is None
+    assert commit.apply(source[:1]) is None
+
+
+def test_apply_commit_without_a_commit_copies_the_items() -> None:
+    harness = make_harness()
+    items = [{"role": "user", "content": "hi"}]
+    assert harness.input_filter.apply_commit(items) == items
+
+
+# ------------------------------------------------------------------- observability
+
+
+class Collector(TracingProcessor):
+    """Keeps every finished SDK span."""
+
+    def __init__(self) -> None:
+        self.spans: list[Any] = []
+
+    def on_trace_start(self, trace: Any) -> None:
+        pass
+
+    def on_trace_end(self, trace: Any) -> None:
+        pass
+
+    def on_span_start(self, span: Any) -> None:
+        pass
+
+    def on_span_end(self, span: Any) -> None:
+        self.spans.append(span)
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self) -> None:
+        pass
+
+
+@pytest.fixture
+def sdk_spans() -> Iterator[Collector]:
+    """The SDK's tracing on, to a local collector (nothing exported), restored afterwards."""
+    previous = get_trace_provider()
+    provider = DefaultTraceProvider()
+    collector = Collector()
+    provider.set_processors([collector])
+    provider.set_disabled(False)
+    set_trace_provider(provider)
+    yield collector
+    set_trace_provider(previous)
+
+
+async def test_engine_calls_are_custom_spans_in_the_sdk_trace(sdk_spans: Collector) -> None:
+    """Each projection is a ``context_engine.project`` span inside its turn of the agent."""
+    harness = make_harness()
+    model = ScriptedModel(steps(harness, 2))
+    await Runner.run(
+        agent_for(ContextEngineModel(model, harness.input_filter)),
+        "go",
+        run_config=harness.run_config(tracing_disabled=False),
+    )
+    engine_spans = [
+        s for s in sdk_spans.spans if getattr(s.span_data, "name", "") == "context_engine.project"
+    ]
+    turns = {s.span_id: s for s in sdk_spans.spans if s.span_data.type == "turn"}
+    (agent_span,) = [s for s in sdk_spans.spans if s.span_data.type == "agent"]
+    assert len(engine_spans) == len(model.calls) == len(turns) == 3
+    assert {s.parent_id for s in engine_spans} == set(turns)  # one in each turn of the agent
+    assert {turn.parent_id for turn in turns.values()} == {agent_span.span_id}
+    assert engine_spans[0].span_data.data["threshold"] == harness.engine.threshold
+    assert engine_spans[0].span_data.data["changed"] is False
+
+
+async def test_engine_otel_spans_nest_under_the_callers_span() -> None:
+    """The SDK has no OpenTelemetry; the engine's spans join the caller's current span."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    engine = ContextEngine.default(
+        3000, token_counter=FixedTokenCounter(), tracer_provider=provider
+    )
+    input_filter = ContextEngineInputFilter(engine)
+    model = ScriptedModel([[assistant_message("hello")]])
+    config = RunConfig(call_model_input_filter=input_filter, tracing_disabled=True)
+
+    with provider.get_tracer("app").start_as_current_span("handle request") as parent:
+        await Runner.run(
+            agent_for(ContextEngineModel(model, input_filter)), "hi", run_config=config
+        )
+
+    projects = [s for s in exporter.get_finished_spans() if s.name == "context_engine.project"]
+    assert len(projects) == 1
+    assert projects[0].parent is not None
+    assert projects[0].parent.span_id == parent.get_span_context().span_id
+
+
+# ------------------------------------------------------------------- the extra
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["context_engine.formats.openai_agents", "context_engine.integrations.openai_agents"],
+)
+def test_missing_sdk_names_the_extra_to_install(
+    monkeypatch: pytest.MonkeyPatch, module: str
+) -> None:
+    for name in ("agents", "agents.items", "agents.memory"):
+        monkeypatch.setitem(sys.modules, name, None)
+    for name in (module, "context_engine.formats.openai_agents"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    with pytest.raises(ImportError, match=r"pip install 'context-engine\[openai-agents\]'"):
+        importlib.import_module(module)
+
+
+def test_round_trip_of_the_tool_call_shape_used_in_these_tests() -> None:
+    """The items the scripted model produces convert as the loop tests assume."""
+    items = [
+        assistant_message("reading", item_id="m").model_dump(exclude_unset=True),
+        function_call("read_file", {"path": "a.py"}, call_id="c").model_dump(exclude_unset=True),
+    ]
+    (message,) = from_openai_agents(items)
+    assert message.tool_calls == (ToolCall("c", "read_file", '{"path":"a.py"}'),)
+    assert to_openai_agents([message]) == items
