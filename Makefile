@@ -4,7 +4,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 
 .PHONY: demo test redis-server soak lint typecheck bench bench-quick bench-peers bench-peers-quick \
-	bench-economics bench-economics-quick clean
+	bench-economics bench-economics-quick bench-counting clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,10 @@ bench: $(STAMP)
 
 bench-quick: $(STAMP)
 	$(BIN)/python benchmarks/steady_state.py --quick
+
+# Heuristic, hybrid and calibrated counting error against cl100k on the dev corpus.
+bench-counting: $(STAMP)
+	$(BIN)/python benchmarks/counting_accuracy.py
 
 # The peers (LangChain, Strands, AutoGen: the `bench` extra) live in their own
 # virtualenv so the test environment never sees them.

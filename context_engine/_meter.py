@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Sequence
-from itertools import accumulate, islice
+from itertools import accumulate, compress, islice
 
 import attrs
 
@@ -24,10 +24,11 @@ from context_engine.tokens import (
     TokenCounter,
     UsageEstimate,
     estimate_from_counts,
+    is_approximate,
     last_usage_index,
 )
 
-__all__ = ["Meter", "Seen"]
+__all__ = ["Meter", "Seen", "starts_with"]
 
 _REWRITE_KEYS = (CLEARED_KEY, TRIMMED_KEY, TRUNCATION_KEY)
 
@@ -39,19 +40,62 @@ def _same_prefix(view: Sequence[Message], reference: Sequence[Message], length: 
     return all(map(operator.is_, view[:length], reference[:length]))
 
 
-def _shared_prefix(view: tuple[Message, ...], previous: tuple[Message, ...]) -> int:
-    """How many leading messages ``view`` shares with ``previous``: all, all but one, or 0."""
-    for length in (len(previous), len(previous) - 1):
-        # Equality (identity first, inside the tuple comparison) also matches a
-        # caller that rebuilds equal message objects from dicts on every call.
-        if (
-            length > 0
-            and len(view) >= length
-            and view[length - 1] == previous[length - 1]
-            and view[:length] == previous[:length]
-        ):
-            return length
-    return 0
+_CHUNK = 64
+
+
+def starts_with(view: tuple[Message, ...], prefix: tuple[Message, ...]) -> bool:
+    """Whether ``view`` begins with ``prefix`` (equal position by position), copying neither.
+
+    Tuples order by their first unequal items, then by length, so ``prefix <=
+    view`` compares items for equality (identity first, at C speed, without
+    touching the messages) and, when all of ``prefix`` matches, holds by
+    length. Where two items differ, Python then orders them, which messages
+    refuse: not a prefix.
+    """
+    if len(prefix) > len(view):
+        return False
+    try:
+        return bool(prefix <= view)
+    except Exception:  # unordered items: messages (TypeError), or a caller's odd object
+        return False
+
+
+def _shared_prefix(
+    view: tuple[Message, ...], previous: tuple[Message, ...], known: tuple[Message, ...] = ()
+) -> tuple[int, tuple[Message, ...]]:
+    """How many leading messages ``view`` shares with ``previous``, and a tuple of them.
+
+    Equality (identity first) also matches a caller that rebuilds equal
+    message objects from dicts on every call. ``known`` is a tuple
+    ``previous`` is known to begin with. The usual answers (the caller
+    appended to ``previous``, or replaced its last message) cost one C-speed
+    comparison; past ``known`` (or all but the last message of ``previous``)
+    the rest is compared chunk by chunk, so at most one chunk is compared in
+    Python. The tuple returned is one ``view`` begins with: the next call
+    passes it as ``known``.
+    """
+    if known and starts_with(view, known):
+        verified = known
+    elif starts_with(view, previous):
+        return len(previous), previous
+    elif len(previous) > 1 and view[len(previous) - 2 : len(previous) - 1] == previous[-2:-1]:
+        head = previous[:-1]
+        verified = head if starts_with(view, head) else ()
+    else:
+        verified = ()
+    start = len(verified)
+    limit = min(len(view), len(previous))
+    while start < limit:
+        stop = min(limit, start + _CHUNK)
+        if view[start:stop] != previous[start:stop]:
+            for index in range(start, stop):
+                mine, theirs = view[index], previous[index]
+                if mine is not theirs and mine != theirs:
+                    return index, verified
+        start = stop
+    if limit == len(previous):  # view begins with all of previous
+        return limit, previous
+    return limit, verified
 
 
 def _rewritten(message: Message) -> bool:
@@ -91,15 +135,37 @@ class Meter:
     _memo: tuple[tuple[Message, ...], list[int], int] = attrs.field(
         factory=lambda: ((), [0], -1), init=False, repr=False
     )
-    # The last (input, previous input) pair counts() found to extend one another.
-    _extends: tuple[tuple[Message, ...], tuple[Message, ...]] = attrs.field(
-        factory=lambda: ((), ()), init=False, repr=False
+    # A tuple the last input begins with (itself, when the caller appended):
+    # checking that the next input begins with it copies nothing.
+    _stable: tuple[Message, ...] = attrs.field(factory=tuple, init=False, repr=False)
+    # The last (view, previous, shared, verified) comparison: the engine compares the
+    # same pair when it checks the input, counts it and reports the prompt-cache prefix.
+    _compared: tuple[tuple[Message, ...], tuple[Message, ...], int, tuple[Message, ...]] = (
+        attrs.field(factory=lambda: ((), (), 0, ()), init=False, repr=False)
+    )
+    # The last view `measurer` counted and its tokenizer total (no framing).
+    _counted: tuple[tuple[Message, ...], int] = attrs.field(
+        factory=lambda: ((), 0), init=False, repr=False
     )
 
     def counted(self, view: Sequence[Message]) -> int:
         """Tokenizer count of ``view`` with the request framing, no correction."""
         count = self.counter.count_message
         return sum(map(count, view)) + REQUEST_OVERHEAD_TOKENS
+
+    def shared(self, view: tuple[Message, ...], previous: tuple[Message, ...]) -> int:
+        """`_shared_prefix` of the pair, remembered for the next question about the same pair."""
+        seen_view, seen_previous, shared, _ = self._compared
+        if seen_view is view and seen_previous is previous:
+            return shared
+        known = self._stable if previous is self._memo[0] else ()
+        shared, verified = _shared_prefix(view, previous, known)
+        self._compared = (view, previous, shared, verified)
+        return shared
+
+    def checked_prefix(self, view: tuple[Message, ...]) -> int:
+        """How many leading items of ``view`` are messages of the last input already checked."""
+        return self.shared(view, self._memo[0])
 
     def counts(self, view: tuple[Message, ...]) -> tuple[list[int], int]:
         """Prefix sums of the per-message counts of ``view`` and its usage index.
@@ -112,9 +178,8 @@ class Meter:
         previous, cumulative, usage_index = self._memo
         if view is previous:  # measured again within the same call
             return cumulative, usage_index
-        shared = _shared_prefix(view, previous)
-        if shared == len(previous):
-            self._extends = (view, previous)
+        shared = self.shared(view, previous)
+        self._stable = self._compared[3]  # view begins with it too
         if shared:
             del cumulative[shared + 1 :]
             if usage_index >= shared:
@@ -135,18 +200,8 @@ class Meter:
         self, view: tuple[Message, ...], previous: tuple[Message, ...]
     ) -> tuple[int, bool]:
         """Leading messages ``view`` shares with ``previous``, and whether that is all of it."""
-        known = len(previous)
-        extends = self._extends
-        if extends[0] is view and extends[1] is previous:  # counts() compared them already
-            return known, True
-        if len(view) >= known and view[:known] == previous:
-            return known, True
-        shared = 0
-        for mine, theirs in zip(view, previous, strict=False):
-            if mine is not theirs and mine != theirs:
-                break
-            shared += 1
-        return shared, False
+        shared = self.shared(view, previous)
+        return shared, shared == len(previous)
 
     def prefix_tokens(self, view: tuple[Message, ...], shared: int) -> int:
         """Tokens of ``view[:shared]`` plus the fixed overhead (0 when nothing is shared)."""
@@ -156,6 +211,9 @@ class Meter:
         if memo_view is view:
             return cumulative[shared] + self.overhead_tokens
         count = self.counter.count_message
+        counted_view, total = self._counted
+        if counted_view is view and 2 * shared > len(view):  # count the shorter part
+            return total - sum(map(count, view[shared:])) + self.overhead_tokens
         return sum(map(count, view[:shared])) + self.overhead_tokens
 
     def estimate(self, view: tuple[Message, ...], seen: Seen | None) -> UsageEstimate:
@@ -186,7 +244,12 @@ class Meter:
                 )
             )
         return estimate_from_counts(
-            view, cumulative, index, overhead_tokens=self.overhead_tokens, anchor_trusted=trusted
+            view,
+            cumulative,
+            index,
+            overhead_tokens=self.overhead_tokens,
+            anchor_trusted=trusted,
+            calibrate=is_approximate(self.counter),
         )
 
     def measurer(
@@ -195,9 +258,19 @@ class Meter:
         """Measure views derived from ``transcript`` on the scale of its estimate."""
         cumulative, _ = self.counts(transcript)
         correction = estimate.tokens - cumulative[-1] - REQUEST_OVERHEAD_TOKENS
+        count = self.counter.count_message
 
         def measure(view: Sequence[Message]) -> int:
-            return max(0, self.counted(view) + correction)
+            if len(view) == len(transcript):
+                # A rewrite in place (cleared results, trimmed text): count only what changed.
+                changed = list(map(operator.is_not, view, transcript))
+                before = sum(map(count, compress(transcript, changed)))
+                total = cumulative[-1] - before + sum(map(count, compress(view, changed)))
+            else:
+                total = sum(map(count, view))
+            if isinstance(view, tuple):
+                self._counted = (view, total)
+            return max(0, total + REQUEST_OVERHEAD_TOKENS + correction)
 
         return measure
 
@@ -225,12 +298,14 @@ class Meter:
         """
         shape = analyze(view)
         count = self.counter.count_message
-        total = 0
-        for index, message in enumerate(view):
-            if not shape.is_protected(index):
-                continue
-            tokens = count(message)
-            if index == shape.last_user and self.max_user_share is not None:
+        # The lead and the tail never overlap (the tail starts after the lead).
+        total = sum(map(count, view[: shape.lead_end])) + sum(map(count, view[shape.tail_start :]))
+        last = shape.last_user
+        if last >= 0:
+            tokens = count(view[last])
+            if last >= shape.tail_start:
+                total -= tokens  # counted with the tail; added back below, capped
+            if self.max_user_share is not None:
                 tokens = min(tokens, int(self.max_user_share * threshold))
             total += tokens
         correction = estimate.tokens - self.counts(view)[0][-1] - REQUEST_OVERHEAD_TOKENS

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from context_engine._pipeline import PipelineOutcome
 from context_engine.errors import InvalidMessageError
@@ -12,8 +12,17 @@ from context_engine.overflow import overflow_token_counts
 __all__ = ["as_transcript", "chain", "recovery_target"]
 
 
-def as_transcript(messages: Sequence[Message]) -> tuple[Message, ...]:
-    """Snapshot the caller's sequence as a tuple, checking every item is a `Message`."""
+def as_transcript(
+    messages: Sequence[Message], checked: Callable[[tuple[Message, ...]], int] | None = None
+) -> tuple[Message, ...]:
+    """Snapshot the caller's sequence as a tuple, checking every item is a `Message`.
+
+    Args:
+        messages: What the caller passed.
+        checked: Given the tuple, how many of its leading items are known to be
+            messages already (they equal those of an input checked before);
+            only the items after them are checked.
+    """
     if isinstance(messages, (str, bytes, Message, Mapping)) or not isinstance(messages, Iterable):
         hint = (
             "; convert provider dicts with context_engine.formats.openai.from_openai"
@@ -24,8 +33,10 @@ def as_transcript(messages: Sequence[Message]) -> tuple[Message, ...]:
             f"expected a sequence of Message, got {type(messages).__name__}{hint}"
         )
     transcript = tuple(messages)
+    start = checked(transcript) if checked is not None and transcript else 0
     # One C-speed pass over the types; the per-item loop only runs to name a culprit.
-    if all(map(_is_message_type, set(map(type, transcript)))):
+    rest = transcript[start:] if start else transcript
+    if all(map(_is_message_type, set(map(type, rest)))):
         return transcript
     for index, message in enumerate(transcript):
         if not isinstance(message, Message):

@@ -9,7 +9,7 @@ from typing import Any
 import attrs
 
 from context_engine._aio import call_hook, run_blocking
-from context_engine._meter import Meter, Seen
+from context_engine._meter import Meter, Seen, starts_with
 from context_engine._originals import keep_originals, recall_originals
 from context_engine._pipeline import PipelineFailure, PipelineOutcome, run_forced, run_pipeline
 from context_engine._transcript import as_transcript, chain, recovery_target
@@ -23,6 +23,7 @@ from context_engine.redact import Redactor
 from context_engine.results import CommitResult, Projection, RecoveryResult
 from context_engine.snapshots import describe_view
 from context_engine.strategies.base import Budget, Strategy
+from context_engine.structure import shared_shapes
 from context_engine.telemetry import Telemetry, set_attributes
 from context_engine.tokens import (
     DEFAULT_ENCODING,
@@ -323,7 +324,7 @@ class ContextEngine:
 
     def estimate(self, messages: Sequence[Message]) -> UsageEstimate:
         """Estimate how full ``messages`` make the window (provider usage anchors included)."""
-        return self._estimate(as_transcript(messages))
+        return self._estimate(as_transcript(messages, self._meter.checked_prefix))
 
     def _estimate(self, view: tuple[Message, ...]) -> UsageEstimate:
         last = self._last
@@ -388,7 +389,7 @@ class ContextEngine:
 
     def sync(self, messages: Sequence[Message]) -> None:
         """Record ``messages`` as the new baseline and forget the remembered view."""
-        transcript = as_transcript(messages)
+        transcript = as_transcript(messages, self._meter.checked_prefix)
         self._last = None
         self._stalled_at = None
         self._remember("baseline", transcript, self._estimate(transcript))
@@ -423,14 +424,14 @@ class ContextEngine:
             InvalidMessageError: ``messages`` is not a sequence of `Message`.
             CompactionError: a strategy raised; ``.view`` is the best view reached.
         """
-        with self._telemetry.operation("project", self._span_start()) as span:
+        with self._telemetry.operation("project", self._span_start()) as span, shared_shapes():
             result = await self._project(messages)
             self._span_end(span, result)
             return result
 
     async def _project(self, messages: Sequence[Message]) -> Projection:
         """The body of `project`."""
-        transcript = as_transcript(messages)
+        transcript = as_transcript(messages, self._meter.checked_prefix)
         failures = self.breaker.failures
         if self.breaker.should_skip():
             return await self._skip(transcript, failures)
@@ -476,7 +477,7 @@ class ContextEngine:
         if last is None or last.scope != "projected" or last.outcome is None:
             return None
         known = len(last.input)
-        if len(transcript) <= known or transcript[:known] != last.input:
+        if len(transcript) <= known or not starts_with(transcript, last.input):
             return None
         view = last.view + transcript[known:]
         tokens = self._meter.measurer(transcript, estimate)(view)
@@ -740,7 +741,7 @@ class ContextEngine:
             InvalidMessageError: ``messages`` is not a sequence of `Message`.
             CompactionError: the strategy raised (the breaker does not count it).
         """
-        with self._telemetry.operation("compact", self._span_start()) as span:
+        with self._telemetry.operation("compact", self._span_start()) as span, shared_shapes():
             result = await self._compact(messages, instructions)
             self._span_end(span, result)
             return result
@@ -749,7 +750,7 @@ class ContextEngine:
         self, messages: Sequence[Message], instructions: str | None = None
     ) -> CommitResult:
         """The body of `compact`."""
-        transcript = as_transcript(messages)
+        transcript = as_transcript(messages, self._meter.checked_prefix)
         estimate = self._estimate(transcript)
         try:
             outcome = await run_forced(
@@ -784,7 +785,8 @@ class ContextEngine:
             InvalidMessageError: ``messages`` is not a sequence of `Message`.
             CompactionError: a strategy raised.
         """
-        with self._telemetry.operation("recover_overflow", self._span_start()) as span:
+        operation = self._telemetry.operation("recover_overflow", self._span_start())
+        with operation as span, shared_shapes():
             result = await self._recover_overflow(messages, error)
             self._span_end(span, result)
             return result
@@ -793,7 +795,7 @@ class ContextEngine:
         self, messages: Sequence[Message], error: BaseException | str | None = None
     ) -> RecoveryResult:
         """The body of `recover_overflow`."""
-        transcript = as_transcript(messages)
+        transcript = as_transcript(messages, self._meter.checked_prefix)
         if error is not None and not is_context_overflow(error):
             logger.warning(
                 "error=<%s> | recover_overflow was given an error that does not look like a "

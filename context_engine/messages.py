@@ -10,7 +10,7 @@ treat it like any other message while strategies can still recognise it.
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from typing import Any, Literal, TypeAlias
 
 import attrs
@@ -210,6 +210,12 @@ class Message:
     _digest: str | None = attrs.field(default=None, init=False, eq=False, hash=False, repr=False)
     # The tool calls, derived once from the (immutable) content on first use.
     _calls: tuple[ToolCall, ...] | None = attrs.field(
+        default=None, init=False, eq=False, hash=False, repr=False
+    )
+    # What strategies derived from this message (a cleared tool result, a trimmed
+    # text), by a key naming the rewrite (`strategies.base.derived_copy`): a rewrite
+    # above the threshold then rebuilds the same view from the same objects.
+    _derived: dict[Hashable, object] | None = attrs.field(
         default=None, init=False, eq=False, hash=False, repr=False
     )
 

@@ -7,7 +7,9 @@ end stay as they are, and the newest user message stays.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
 
 import attrs
 
@@ -21,6 +23,7 @@ __all__ = [
     "Shape",
     "analyze",
     "is_user_message",
+    "shared_shapes",
 ]
 
 ARCHIVED_KEY = "context_engine.archived"
@@ -77,58 +80,70 @@ class Shape:
         return index < self.lead_end or index == self.last_user or index >= self.tail_start
 
 
+# Shapes computed within the current `shared_shapes` block, by the id of the
+# (immutable) tuple they describe; the tuple is kept with its shape, so the id
+# cannot be reused while the entry lives.
+_SHAPES: ContextVar[dict[int, tuple[tuple[Message, ...], Shape]] | None] = ContextVar(
+    "context_engine_shapes", default=None
+)
+
+
+@contextlib.contextmanager
+def shared_shapes() -> Iterator[None]:
+    """Within the block, `analyze` reads the shape of each tuple view once.
+
+    The engine wraps each call in it: the floor it measures and the strategies
+    it runs all read the shape of the same view, and a view is immutable.
+    """
+    token = _SHAPES.set({})
+    try:
+        yield
+    finally:
+        _SHAPES.reset(token)
+
+
 def analyze(view: Sequence[Message]) -> Shape:
-    """Read the shape of ``view`` in linear time."""
+    """Read the shape of ``view`` in linear time (once per tuple inside `shared_shapes`)."""
+    memo = _SHAPES.get()
+    if memo is None or type(view) is not tuple:
+        return _analyze(view)
+    hit = memo.get(id(view))
+    if hit is not None and hit[0] is view:
+        return hit[1]
+    shape = _analyze(view)
+    memo[id(view)] = (view, shape)
+    return shape
+
+
+def _analyze(view: Sequence[Message]) -> Shape:
     n = len(view)
     lead_end = 0
     while lead_end < n and view[lead_end].role in ("system", "developer"):
         lead_end += 1
     group_end = list(range(n))
+    owners: list[int] = []
     last_user = -1
-    call_owner: dict[str, int] = {}
+    call_owner: dict[str | None, int] = {}
     # (owner index, call id): ids may be reused across turns by some providers.
-    answered: set[tuple[int, str]] = set()
+    answered: set[tuple[int, str | None]] = set()
     for index, message in enumerate(view):
         role = message.role
-        if role == "user" and not message.is_summary:
-            last_user = index
-        elif role == "assistant":
+        if role == "assistant":
             for call in message.tool_calls:
                 call_owner[call.id] = index
-        elif role == "tool" and message.tool_call_id in call_owner:
-            owner = call_owner[message.tool_call_id]
-            answered.add((owner, message.tool_call_id))
-            group_end[owner] = max(group_end[owner], index)
-    group_start = list(range(n))
-    index = 0
-    while index < n:
-        end = group_end[index]
-        scan = index
-        while scan <= end:
-            end = max(end, group_end[scan])
-            scan += 1
-        for inner in range(index, end + 1):
-            group_start[inner] = index
-            group_end[inner] = end
-        index = end + 1
-    pending_start = n
-    newest_group = -1
-    for index in range(n - 1, last_user, -1):
-        calls = view[index].tool_calls if view[index].role == "assistant" else ()
-        if not calls:
-            continue
-        waiting = any((index, call.id) not in answered for call in calls)
-        if waiting and pending_start == n and _only_tools_after(view, group_end[index]):
-            pending_start = group_start[index]
-            continue
-        newest_group = group_start[index]
-        break
-    if newest_group >= 0:
-        tail_start = newest_group
-    elif pending_start < n:
-        tail_start = pending_start
-    else:
-        tail_start = last_user if last_user >= 0 else n
+        elif role == "tool":
+            call_id = message.tool_call_id
+            owner = call_owner.get(call_id)
+            if owner is not None:
+                answered.add((owner, call_id))
+                if group_end[owner] == owner:
+                    owners.append(owner)
+                if index > group_end[owner]:
+                    group_end[owner] = index
+        elif role == "user" and not message.is_summary:
+            last_user = index
+    group_start = _merge_groups(group_end, owners)
+    pending_start, tail_start = _tail(view, group_start, group_end, answered, last_user)
     return Shape(
         lead_end=lead_end,
         last_user=last_user,
@@ -137,6 +152,60 @@ def analyze(view: Sequence[Message]) -> Shape:
         pending_start=pending_start,
         tail_start=max(tail_start, lead_end),
     )
+
+
+def _tail(
+    view: Sequence[Message],
+    group_start: list[int],
+    group_end: list[int],
+    answered: set[tuple[int, str | None]],
+    last_user: int,
+) -> tuple[int, int]:
+    """Where calls still pending at the end start, and where the protected tail starts."""
+    n = len(view)
+    pending_start = n
+    for index in range(n - 1, last_user, -1):
+        calls = view[index].tool_calls if view[index].role == "assistant" else ()
+        if not calls:
+            continue
+        waiting = any((index, call.id) not in answered for call in calls)
+        if waiting and pending_start == n and _only_tools_after(view, group_end[index]):
+            pending_start = group_start[index]
+            continue
+        return pending_start, group_start[index]  # the newest group of the current turn
+    if pending_start < n:
+        return pending_start, pending_start
+    return pending_start, last_user if last_user >= 0 else n
+
+
+def _merge_groups(group_end: list[int], owners: list[int]) -> list[int]:
+    """Merge overlapping groups in ``group_end`` (in place); return each index's group start.
+
+    ``owners`` are the indices whose group reaches past themselves (assistant
+    messages with answered calls); every other index is a unit of its own.
+    """
+    group_start = list(range(len(group_end)))
+    spans: list[tuple[int, int]] = []
+    first, last = -1, -1
+    for owner in sorted(owners):
+        end = group_end[owner]
+        if owner <= last:  # inside the current group: the two merge
+            last = max(last, end)
+            continue
+        if last >= 0:
+            spans.append((first, last))
+        first, last = owner, end
+    if last >= 0:
+        spans.append((first, last))
+    for first, last in spans:
+        if last == first + 1:  # the usual group: one call, one result
+            group_start[last] = first
+            group_end[first] = last
+        else:
+            size = last + 1 - first
+            group_start[first : last + 1] = [first] * size
+            group_end[first : last + 1] = [last] * size
+    return group_start
 
 
 def _only_tools_after(view: Sequence[Message], end: int) -> bool:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import weakref
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Literal, Protocol, runtime_checkable
 
 import attrs
@@ -21,6 +22,7 @@ __all__ = [
     "Strategy",
     "StrategyResult",
     "archived_copy",
+    "derived_copy",
     "reference_note",
     "replace_oldest_first",
 ]
@@ -92,13 +94,51 @@ def reference_note(reference: str) -> str:
     return f"[Original archived as {reference}; the recall_context tool returns it.]"
 
 
+def derived_copy(
+    message: Message, key: Hashable, make: Callable[..., Message], *args: object
+) -> Message:
+    """``make(message, *args)``, computed once per message and ``key`` and kept on the message.
+
+    A strategy that shortens a message the same way on every call (a cleared
+    tool result, a trimmed text block) gets the very same object back on the
+    next call: no new copy to build or count, and the view it rebuilds from
+    the transcript has the same objects as the last one. ``key`` must name
+    everything the copy depends on besides ``message`` (the placeholder text,
+    the trim sizes); ``make`` must not return ``message`` itself.
+    """
+    derived = _derived(message)
+    copy = derived.get(key)
+    if not isinstance(copy, Message):
+        copy = derived[key] = make(message, *args)
+    return copy
+
+
+def _derived(message: Message) -> dict[Hashable, object]:
+    """The message's private cache of what strategies derived from it."""
+    derived = message._derived
+    if derived is None:
+        derived = {}
+        object.__setattr__(message, "_derived", derived)
+    return derived
+
+
+def _with_reference(reference: str) -> Callable[[Message], Message]:
+    def make(shortened: Message) -> Message:
+        return attrs.evolve(
+            shortened,
+            content=(*shortened.content, TextBlock(reference_note(reference))),
+            metadata={**shortened.metadata, ARCHIVED_KEY: [reference]},
+        )
+
+    return make
+
+
 def archived_copy(shortened: Message, reference: str) -> Message:
-    """``shortened`` naming ``reference``: one more text block and `ARCHIVED_KEY` in metadata."""
-    return attrs.evolve(
-        shortened,
-        content=(*shortened.content, TextBlock(reference_note(reference))),
-        metadata={**shortened.metadata, ARCHIVED_KEY: [reference]},
-    )
+    """``shortened`` naming ``reference``: one more text block and `ARCHIVED_KEY` in metadata.
+
+    The copy is made once per ``shortened`` object and reference (`derived_copy`).
+    """
+    return derived_copy(shortened, (ARCHIVED_KEY, reference), _with_reference(reference))
 
 
 def _removal_tuple(removals: Iterable[Removal]) -> tuple[Removal, ...]:
@@ -137,12 +177,42 @@ class StrategyResult:
         return cls(messages=tuple(view), applied=False, error=error)
 
 
+# Marks the keys of `replace_oldest_first`'s memo in a message's derived cache.
+_STEP = "context_engine.replace_oldest_first"
+
+
+@attrs.define
+class _Step:
+    """One memoized replacement: the shorter message and the tokens it saves.
+
+    It holds no strong reference back to the original: the `Removal` naming
+    the original is kept by weak reference, reused while the last result
+    that reported it is alive (the engine keeps its last outcome). So the
+    message and its cache never form a cycle and go as soon as the caller
+    drops them.
+    """
+
+    shorter: Message
+    saved: int
+    _removal: weakref.ref[Removal] | None = None
+
+    def removal(self, original: Message, kind: RecordKind) -> Removal:
+        """The `Removal` of ``original``: the last one made, while it is alive."""
+        removal = self._removal() if self._removal is not None else None
+        if removal is None:
+            removal = Removal(kind, (original,))
+            self._removal = weakref.ref(removal)
+        return removal
+
+
 def replace_oldest_first(
     view: Sequence[Message],
     replacements: Iterable[tuple[int, Callable[[], Message]]],
     budget: Budget,
     goal: int,
     kind: RecordKind,
+    *,
+    memo: Hashable | None = None,
 ) -> StrategyResult:
     """Swap messages for shorter versions, in the order given, until ``goal`` tokens are saved.
 
@@ -152,8 +222,14 @@ def replace_oldest_first(
     reference. A replacement that would not save anything is skipped. The
     shared loop of the strategies that shorten messages in place (microcompact,
     light trim).
+
+    With ``memo`` (a key naming everything ``make`` depends on besides the
+    original: the strategy and its settings), each replacement is computed
+    once per original message and kept on it, so the next call that shortens
+    the same message reuses the very same shorter object.
     """
-    counter = budget.counter
+    count = budget.counter.count_message
+    key = None if memo is None else (_STEP, memo, kind, budget.archiving, budget.counter.key)
     messages = list(view)
     removed: list[Removal] = []
     saved = 0
@@ -161,19 +237,32 @@ def replace_oldest_first(
         if saved >= goal:
             break
         original = view[index]
-        removal = Removal(kind, (original,))
-        shorter = make()
-        if budget.archiving:
-            shorter = archived_copy(shorter, removal.reference)
-        delta = counter.count_message(original) - counter.count_message(shorter)
-        if delta <= 0:
+        step = None if key is None or original._derived is None else original._derived.get(key)
+        if not isinstance(step, _Step):
+            step = _shorten(original, make, kind, budget.archiving, count)
+            if key is not None:
+                _derived(original)[key] = step
+        if step.saved <= 0:
             continue
-        messages[index] = shorter
-        removed.append(removal)
-        saved += delta
+        messages[index] = step.shorter
+        removed.append(step.removal(original, kind))
+        saved += step.saved
     if not removed:
         return StrategyResult.unchanged(view)
     return StrategyResult(messages=messages, applied=True, tokens_saved=saved, removed=removed)
+
+
+def _shorten(
+    original: Message,
+    make: Callable[[], Message],
+    kind: RecordKind,
+    archiving: bool,
+    count: Callable[[Message], int],
+) -> _Step:
+    shorter = make()
+    if archiving:
+        shorter = archived_copy(shorter, Removal(kind, (original,)).reference)
+    return _Step(shorter, count(original) - count(shorter))
 
 
 @runtime_checkable

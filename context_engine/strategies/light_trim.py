@@ -11,14 +11,19 @@ must stay valid JSON).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from functools import partial
 
 import attrs
 
 from context_engine.errors import ConfigurationError
 from context_engine.messages import Block, Message, TextBlock
-from context_engine.strategies.base import Budget, StrategyResult, replace_oldest_first
+from context_engine.strategies.base import (
+    Budget,
+    StrategyResult,
+    derived_copy,
+    replace_oldest_first,
+)
 from context_engine.structure import TRIMMED_KEY, analyze
 
 __all__ = ["LightTrim", "trim_text"]
@@ -120,33 +125,60 @@ class LightTrim:
         """The synchronous body of `apply`: no I/O, the same input gives the same result."""
         if budget.tokens <= budget.threshold:
             return StrategyResult.unchanged(view)
-        replacements = ((index, partial(self.trim, view[index])) for index in self.candidates(view))
+        # Lazily: the scan stops at the last message the goal needs.
+        replacements = (
+            (index, partial(self.trim, view[index])) for index in self._candidates(view)
+        )
         result = replace_oldest_first(
-            view, replacements, budget, budget.tokens - budget.threshold, "text"
+            view,
+            replacements,
+            budget,
+            budget.tokens - budget.threshold,
+            "text",
+            memo=(type(self), *self._sizes()),
         )
         if result.applied:
             logger.debug(
                 "strategy=<%s> trimmed_messages=<%d> tokens_saved=<%d> | rewrite applied",
                 self.name,
-                len(result.replaced),
+                len(result.removed),  # one message per removal
                 result.tokens_saved,
             )
         return result
 
     def candidates(self, view: Sequence[Message]) -> tuple[int, ...]:
         """Indices of the messages with a block to trim, oldest first."""
+        return tuple(self._candidates(view))
+
+    def _candidates(self, view: Sequence[Message]) -> Iterator[int]:
         shape = analyze(view)
         stop = min(len(view) - self.keep_recent, shape.pending_start)
-        return tuple(
-            index
-            for index in range(shape.lead_end, max(stop, shape.lead_end))
-            if index != shape.last_user
-            and not view[index].is_summary
-            and any(self._too_long(block) for block in view[index].content)
-        )
+        limit = self.text_threshold
+        for index in range(shape.lead_end, max(stop, shape.lead_end)):
+            message = view[index]
+            if index == shape.last_user or message.is_summary:
+                continue
+            # `_has_long_text`, inlined: this loop reads every older message on every call.
+            for block in message.content:
+                if isinstance(block, TextBlock) and len(block.text) > limit:
+                    yield index
+                    break
 
     def trim(self, message: Message) -> Message:
-        """The trimmed copy of ``message`` (``message`` itself when no block is too long)."""
+        """The trimmed copy of ``message`` (``message`` itself when no block is too long).
+
+        Made once per message and trim sizes: trimming the same message again
+        returns the same object.
+        """
+        if not self._has_long_text(message):
+            return message
+        return derived_copy(message, (TRIMMED_KEY, *self._sizes()), self._trimmed)
+
+    def _sizes(self) -> tuple[int, int, int]:
+        """Everything a trimmed copy depends on besides the message."""
+        return (self.text_threshold, self.preserve_head, self.preserve_tail)
+
+    def _trimmed(self, message: Message) -> Message:
         content: list[Block] = []
         count = 0
         for block in message.content:
@@ -156,8 +188,6 @@ class LightTrim:
                 )
                 count += 1
             content.append(block)
-        if not count:
-            return message
         previous = message.metadata.get(TRIMMED_KEY)
         total = count + (previous if isinstance(previous, int) else 0)
         return attrs.evolve(
@@ -166,3 +196,10 @@ class LightTrim:
 
     def _too_long(self, block: Block) -> bool:
         return isinstance(block, TextBlock) and len(block.text) > self.text_threshold
+
+    def _has_long_text(self, message: Message) -> bool:
+        limit = self.text_threshold
+        for block in message.content:
+            if isinstance(block, TextBlock) and len(block.text) > limit:
+                return True
+        return False

@@ -22,7 +22,12 @@ import attrs
 
 from context_engine.errors import ConfigurationError
 from context_engine.messages import Message, TextBlock, ToolCall
-from context_engine.strategies.base import Budget, StrategyResult, replace_oldest_first
+from context_engine.strategies.base import (
+    Budget,
+    StrategyResult,
+    derived_copy,
+    replace_oldest_first,
+)
 from context_engine.structure import CLEARED_KEY, analyze
 from context_engine.tokens import TokenCounter
 
@@ -105,14 +110,15 @@ def _canonical_arguments(arguments: str) -> str:
 
 def _answered_calls(view: Sequence[Message]) -> list[ToolCall | None]:
     """For each index, the call a tool result answers (the newest earlier call with its id)."""
-    calls_by_id: dict[str, ToolCall] = {}
-    answered: list[ToolCall | None] = []
-    for message in view:
-        if message.role == "assistant":
-            calls_by_id.update((call.id, call) for call in message.tool_calls)
-        answered.append(
-            calls_by_id.get(message.tool_call_id or "") if message.role == "tool" else None
-        )
+    calls_by_id: dict[str | None, ToolCall] = {}
+    answered: list[ToolCall | None] = [None] * len(view)
+    for index, message in enumerate(view):
+        role = message.role
+        if role == "tool":
+            answered[index] = calls_by_id.get(message.tool_call_id)
+        elif role == "assistant":
+            for call in message.tool_calls:
+                calls_by_id[call.id] = call
     return answered
 
 
@@ -208,14 +214,16 @@ class ToolResultMicrocompact:
             (index, functools.partial(self.clear, call, view[index]))
             for index, call in self._candidates(view, budget.counter)
         )
+        # Without a placeholder function every result clears to the same text.
+        memo = (type(self), self.placeholder) if self.placeholder_fn is None else None
         result = replace_oldest_first(
-            view, replacements, budget, self._tokens_to_save(budget), "tool_result"
+            view, replacements, budget, self._tokens_to_save(budget), "tool_result", memo=memo
         )
         if result.applied:
             logger.debug(
                 "strategy=<%s> cleared=<%d> tokens_saved=<%d> | rewrite applied",
                 self.name,
-                len(result.replaced),
+                len(result.removed),  # one result per removal
                 result.tokens_saved,
             )
         return result
@@ -243,13 +251,15 @@ class ToolResultMicrocompact:
         calls = _answered_calls(view)
         kept = _newest_distinct(view, calls, self.keep_recent)
         found: list[tuple[int, ToolCall | None]] = []
+        count = counter.count_message
+        # The range leaves out the lead and the tail; the newest user message is no result.
         for index in range(shape.lead_end, min(shape.tail_start, shape.pending_start)):
             message = view[index]
-            if message.role != "tool" or index in kept or shape.is_protected(index):
+            if message.role != "tool" or index in kept:
                 continue
             if message.metadata.get(CLEARED_KEY):
                 continue
-            if counter.count_message(message) < self.min_result_tokens:
+            if count(message) < self.min_result_tokens:
                 continue
             call = calls[index]
             if self.classifier is not None and (call is None or not self.classifier(call, message)):
@@ -267,7 +277,11 @@ class ToolResultMicrocompact:
         return _aware(self.clock()) - _aware(stamp) > self.idle_threshold
 
     def clear(self, call: ToolCall | None, result: Message) -> Message:
-        """The cleared copy of ``result``: placeholder text, same role, id and name."""
+        """The cleared copy of ``result``: placeholder text, same role, id and name.
+
+        Made once per result and placeholder text: clearing the same result
+        again returns the same object.
+        """
         fn = self.placeholder_fn
         text = self.placeholder if fn is None else fn(call, result)
         if not isinstance(text, str) or not text.strip():
@@ -275,8 +289,10 @@ class ToolResultMicrocompact:
                 f"placeholder_fn returned {text!r} for tool call {result.tool_call_id!r}; "
                 "it must return a non-empty str"
             )
-        return attrs.evolve(
-            result,
-            content=(TextBlock(text),),
-            metadata={**result.metadata, CLEARED_KEY: True},
-        )
+        return derived_copy(result, (CLEARED_KEY, text), _cleared, text)
+
+
+def _cleared(result: Message, text: str) -> Message:
+    return attrs.evolve(
+        result, content=(TextBlock(text),), metadata={**result.metadata, CLEARED_KEY: True}
+    )
