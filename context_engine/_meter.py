@@ -34,10 +34,14 @@ _REWRITE_KEYS = (CLEARED_KEY, TRIMMED_KEY, TRUNCATION_KEY)
 
 
 def _same_prefix(view: Sequence[Message], reference: Sequence[Message], length: int) -> bool:
-    """Whether the first ``length`` messages are the very same objects in both."""
+    """Whether the first ``length`` messages are equal in both (identity first, at C speed).
+
+    Equality, not identity: a caller or runtime adapter that rebuilds equal
+    message objects on every call still has its provider usage anchors trusted.
+    """
     if len(view) < length or len(reference) < length:
         return False
-    return all(map(operator.is_, view[:length], reference[:length]))
+    return tuple(view[:length]) == tuple(reference[:length])
 
 
 _CHUNK = 64

@@ -422,6 +422,18 @@ async def test_usage_anchor_after_the_engines_own_view_is_trusted() -> None:
     assert estimate.tokens == 910 + FixedTokenCounter().count_message(grown[-1])
 
 
+async def test_usage_anchor_is_trusted_when_the_caller_rebuilds_equal_messages() -> None:
+    """Runtime adapters convert their history afresh on every call: equal is enough."""
+    engine = engine_with()
+    messages = agent_session(2)
+    await engine.project(messages)
+    rebuilt = [attrs.evolve(m) for m in messages]
+    assert all(a == b and a is not b for a, b in zip(rebuilt, messages, strict=True))
+    reply = Message.assistant("done", usage=Usage(input_tokens=900, output_tokens=10))
+    estimate = engine.estimate([*rebuilt, reply, Message.user("thanks")])
+    assert estimate.usage_tokens == 910
+
+
 async def test_usage_and_snapshot_describe_the_last_view() -> None:
     engine = engine_with(ShrinkToolResults())
     assert engine.usage is None
