@@ -64,6 +64,21 @@ class Budget:
         """The same budget for a view of ``tokens`` tokens."""
         return attrs.evolve(self, tokens=tokens)
 
+    def goal_in_steps(self, step_share: float) -> int:
+        """Tokens to save: the excess plus one step of ``step_share`` x threshold, in whole steps.
+
+        The extra step is head-room. The engine sends the same view plus new
+        messages until they no longer fit, so a rewrite that leaves room lasts
+        many calls and the prompt prefix (what a provider's cache reuses) stays
+        the same for all of them; saving whole steps keeps the same messages
+        shortened from one rewrite to the next. A share of 0 saves the excess.
+        """
+        excess = self.tokens - self.threshold
+        step = int(step_share * self.threshold)
+        if step <= 0:
+            return excess
+        return -(-(excess + step) // step) * step
+
 
 def _message_tuple(messages: Iterable[Message]) -> tuple[Message, ...]:
     # A typed converter: mypy cannot infer the element type of a bare ``tuple`` converter.

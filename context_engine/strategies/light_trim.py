@@ -47,6 +47,13 @@ def _non_negative_int(instance: object, attribute: attrs.Attribute[int], value: 
         )
 
 
+def _share(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 1:
+        raise ConfigurationError(
+            f"{type(instance).__name__}.{attribute.name} must be a share in [0, 1), got {value!r}"
+        )
+
+
 def _splits_pair(text: str, position: int) -> bool:
     """Whether a cut before ``position`` would split a CRLF or a UTF-16 surrogate pair."""
     if position <= 0 or position >= len(text):
@@ -102,6 +109,11 @@ class LightTrim:
     """Characters kept from the start of a trimmed block."""
     preserve_tail: int = attrs.field(default=800, validator=_non_negative_int)
     """Characters kept from the end of a trimmed block."""
+    trimming_step: float = attrs.field(default=0.1, validator=_share)
+    """Trim until the excess plus one step of this share of the threshold is saved, in
+    whole steps (0 trims exactly enough): the room left lets the engine send the
+    same view plus new messages for many calls, so the prompt prefix stays cacheable,
+    as `ToolResultMicrocompact.clearing_step` does for tool results."""
     name: str = attrs.field(default="light_trim", init=False)
     """The strategy's name in events, spans and logs."""
 
@@ -133,7 +145,7 @@ class LightTrim:
             view,
             replacements,
             budget,
-            budget.tokens - budget.threshold,
+            budget.goal_in_steps(self.trimming_step),
             "text",
             memo=(type(self), *self._sizes()),
         )

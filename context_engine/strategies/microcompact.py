@@ -183,7 +183,7 @@ class ToolResultMicrocompact:
     before that the provider's prompt cache is likely warm, and rewriting the
     prefix would throw it away. Without a timestamp on that message (or without
     an assistant message) the cache is taken as cold."""
-    clearing_step: float = attrs.field(default=0.1, validator=_share)
+    clearing_step: float = attrs.field(default=0.2, validator=_share)
     """Clear in steps of this share of the threshold (0 clears exactly enough).
 
     The engine rebuilds the view from the transcript on every call; clearing
@@ -217,7 +217,7 @@ class ToolResultMicrocompact:
         # Without a placeholder function every result clears to the same text.
         memo = (type(self), self.placeholder) if self.placeholder_fn is None else None
         result = replace_oldest_first(
-            view, replacements, budget, self._tokens_to_save(budget), "tool_result", memo=memo
+            view, replacements, budget, budget.goal_in_steps(self.clearing_step), "tool_result", memo=memo
         )
         if result.applied:
             logger.debug(
@@ -227,18 +227,6 @@ class ToolResultMicrocompact:
                 result.tokens_saved,
             )
         return result
-
-    def _tokens_to_save(self, budget: Budget) -> int:
-        """The excess over the threshold plus one clearing step, rounded up to whole steps.
-
-        The extra step is head-room: the engine sends the same view plus new
-        messages until they no longer fit, so each rewrite lasts many calls.
-        """
-        excess = budget.tokens - budget.threshold
-        step = int(self.clearing_step * budget.threshold)
-        if step <= 0:
-            return excess
-        return -(-(excess + step) // step) * step
 
     def candidates(self, view: Sequence[Message], counter: TokenCounter) -> tuple[int, ...]:
         """Indices of the results this strategy may clear, in clearing order (oldest first)."""

@@ -270,14 +270,28 @@ def three_old_results() -> list[Message]:
     return [*view, Message.user("next")]
 
 
-async def test_stops_as_soon_as_the_view_fits(counter: FixedTokenCounter) -> None:
+async def test_with_no_trimming_step_stops_as_soon_as_the_view_fits(
+    counter: FixedTokenCounter,
+) -> None:
     view = three_old_results()
-    strategy = LightTrim(keep_recent=0, **SMALL)
+    strategy = LightTrim(keep_recent=0, trimming_step=0.0, **SMALL)
     one_trim = counter.count_message(view[3]) - counter.count_message(strategy.trim(view[3]))
     threshold = measure_with(counter)(view) - one_trim
     result = await run(strategy, view, counter, threshold)
     assert trimmed(result.messages) == [3]
     assert result.tokens_saved == one_trim
+
+
+async def test_trimming_step_leaves_head_room_of_whole_steps(counter: FixedTokenCounter) -> None:
+    """With the default step it trims past the excess, so the next calls still fit."""
+    view = three_old_results()
+    strategy = LightTrim(keep_recent=0, **SMALL)
+    one_trim = counter.count_message(view[3]) - counter.count_message(strategy.trim(view[3]))
+    threshold = measure_with(counter)(view) - one_trim
+    result = await run(strategy, view, counter, threshold)
+    assert len(trimmed(result.messages)) >= 2
+    goal = one_trim + int(0.1 * threshold)
+    assert result.tokens_saved >= goal
 
 
 async def test_below_threshold_nothing_happens(counter: FixedTokenCounter) -> None:
@@ -323,6 +337,8 @@ def test_candidates_are_listed_oldest_first() -> None:
         pytest.param({"keep_recent": -1}, "keep_recent", id="negative-keep-recent"),
         pytest.param({"preserve_head": -1}, "preserve_head", id="negative-head"),
         pytest.param({"text_threshold": 4000.5}, "text_threshold", id="float-threshold"),
+        pytest.param({"trimming_step": 1.0}, "trimming_step", id="step-of-the-whole-threshold"),
+        pytest.param({"trimming_step": -0.1}, "trimming_step", id="negative-step"),
     ],
 )
 def test_bad_configuration_fails_at_construction(kwargs: dict[str, Any], match: str) -> None:
