@@ -217,7 +217,12 @@ class ToolResultMicrocompact:
         # Without a placeholder function every result clears to the same text.
         memo = (type(self), self.placeholder) if self.placeholder_fn is None else None
         result = replace_oldest_first(
-            view, replacements, budget, budget.goal_in_steps(self.clearing_step), "tool_result", memo=memo
+            view,
+            replacements,
+            budget,
+            budget.goal_in_steps(self.clearing_step),
+            "tool_result",
+            memo=memo,
         )
         if result.applied:
             logger.debug(
