@@ -17,6 +17,7 @@ from context_engine.archive import MemoryArchive
 from context_engine.archive.shared import SharedSummarizerBreaker, save_seed, stored_seed
 from context_engine.strategies import FullSummary, SessionMemory
 from context_engine.testing import FixedTokenCounter
+from tests.archive.conftest import StoreFactory
 from tests.fakes import agent_session
 
 
@@ -166,3 +167,20 @@ def test_bad_shared_breaker_settings_fail_at_construction(
     options.setdefault("summarizer", DeadEndpoint())
     with pytest.raises(ConfigurationError, match=field):
         SharedSummarizerBreaker(archive=MemoryArchive(), **options)  # type: ignore[arg-type]
+
+
+async def test_workers_with_their_own_connections_share_the_breaker_and_the_seed(
+    make_store: StoreFactory,
+) -> None:
+    """Each worker opens the store itself (its own SQLite connection, its own Redis client)."""
+    endpoint, clock = DeadEndpoint(), Clock()
+    session = agent_session(40)
+    for _ in range(5):
+        breaker = SharedSummarizerBreaker(
+            summarizer=endpoint, archive=await make_store(), endpoint="shared", clock=clock
+        )
+        with pytest.raises(CompactionError):
+            await worker(breaker).project(session)
+    assert endpoint.calls == 3
+    await save_seed(await make_store(), "s-9", "## Memory\n- seeded by another worker")
+    assert await stored_seed(await make_store(), "s-9")() == "## Memory\n- seeded by another worker"
