@@ -173,9 +173,20 @@ NOTES = {
     ),
     "pairs": "Some of our views broke a tool pair: a bug to fix before anything else.",
     "heuristic": (
-        "The heuristic counts code-heavy English transcripts about 12 to 17 % above "
-        "cl100k (it was tuned to land about 8 % above on the whole corpus). Per-session "
-        "calibration from provider usage anchors (issue item 4) fixes it where anchors "
-        "exist; without them a lower weight for code punctuation would."
+        "The heuristic is fitted on character-class pairs and lands within 10 % on every "
+        "transcript; what remains are the points early in a session where one large "
+        "tool result is most of the prompt: calibration learns only from earlier steps, "
+        "so the hybrid estimate there inherits the heuristic's error on that one result. "
+        "Counting the messages after the newest anchor exactly (tiktoken, when it is "
+        "available) removes it."
+    ),
+    "economics": (
+        "Our summarizer calls are compared with peers that never summarize (observation "
+        "masking) or whose default settings fall back to a fixed text instead of calling "
+        "their model (LangChain at 32k), so any checkpoint at all misses that target. On "
+        "cache reuse we keep more of the history than LangChain (we fill the view up to the "
+        "threshold, it cuts to 20 messages): each rewrite then changes a longer prompt. "
+        "Larger head-room per rewrite (`clearing_step`, `trimming_step`) trades kept "
+        "context for fewer rewrites."
     ),
 }
