@@ -9,20 +9,24 @@ from typing import Any
 from steady_state import fmt
 
 RESULTS = Path(__file__).resolve().parent / "results"
+SIBLINGS = {"counting": "counting_accuracy.json", "economics": "economics.json"}
 
 
-def _results(name: str) -> dict[str, Any] | None:
-    """Another benchmark's results file (`make bench-counting`, `make bench-economics`)."""
-    path = RESULTS / name
-    if not path.is_file():
-        return None
-    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    return data
+def with_siblings(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` plus the results of `make bench-counting` and `make bench-economics`.
+
+    Their verdicts belong on this page too; a missing file leaves its target unmeasured.
+    """
+    found = dict(data)
+    for key, name in SIBLINGS.items():
+        path = RESULTS / name
+        if path.is_file():
+            found[key] = json.loads(path.read_text(encoding="utf-8"))
+    return found
 
 
-def _hybrid_figure() -> tuple[bool | None, str]:
+def _hybrid_figure(data: dict[str, Any] | None) -> tuple[bool | None, str]:
     """The calibrated hybrid's error where usage anchors exist (benchmarks/counting_accuracy.py)."""
-    data = _results("counting_accuracy.json")
     if data is None or not data.get("sessions"):
         return None, "hybrid: not measured (run `make bench-counting`)"
     whole = max(abs(s["calibrated"]["whole"]) for s in data["sessions"])
@@ -35,9 +39,8 @@ def _hybrid_figure() -> tuple[bool | None, str]:
     return whole < 0.02, figure
 
 
-def _economics_verdict() -> tuple[bool | None, str]:
+def _economics_verdict(data: dict[str, Any] | None) -> tuple[bool | None, str]:
     """Summarizer calls and cache-reusable share against each peer (benchmarks/economics.py)."""
-    data = _results("economics.json")
     if data is None:
         return None, "not measured (run `make bench-economics`)"
     from _economics_report import verdicts
@@ -176,7 +179,7 @@ def targets(data: dict[str, Any]) -> list[dict[str, Any]]:
         if worst
         else "no corpus found"
     )
-    hybrid_met, hybrid = _hybrid_figure()
+    hybrid_met, hybrid = _hybrid_figure(data.get("counting"))
     figure += "; " + hybrid if not anchored else ""
     heuristic_met = None if not worst else abs(worst["error"]) < 0.10
     out.append(
@@ -187,7 +190,7 @@ def targets(data: dict[str, Any]) -> list[dict[str, Any]]:
             figure,
         )
     )
-    economics_met, economics = _economics_verdict()
+    economics_met, economics = _economics_verdict(data.get("economics"))
     out.append(
         _verdict(
             "economics",

@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.render is not None:
         data = json.loads(args.render.read_text(encoding="utf-8"))
-        data["targets"] = _peer_report.targets(data)
+        data["targets"] = _peer_report.targets(_peer_report.with_siblings(data))
         write_atomic(args.docs or DOCS, _peer_report.render(data))
         return
     started = time.perf_counter()
@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> None:
     data["heuristic_error"] = _peer_memory.heuristic_error()
     meta["elapsed_s"] = round(time.perf_counter() - started, 1)
     meta["load_average_end"] = load_average()
-    data["targets"] = _peer_report.targets(data)
+    data["targets"] = _peer_report.targets(_peer_report.with_siblings(data))
     write_atomic(args.json, to_json(data))
     text = _peer_report.render(data)
     print(text)
