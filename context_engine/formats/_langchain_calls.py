@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from context_engine.errors import InvalidMessageError
+from context_engine.formats._usage import render_usage
 from context_engine.messages import ToolCall, Usage
 
 __all__ = [
@@ -191,19 +192,14 @@ def usage_from_langchain(usage: Mapping[str, Any]) -> Usage:
 
 def usage_to_langchain(usage: Usage) -> dict[str, Any]:
     """Render `Usage` as a LangChain ``usage_metadata`` dict (cache details only when non-zero)."""
-    rendered: dict[str, Any] = {
-        "input_tokens": usage.input_tokens,
-        "output_tokens": usage.output_tokens,
-        "total_tokens": usage.total_tokens,
-    }
-    details = {}
-    if usage.cache_read_tokens:
-        details["cache_read"] = usage.cache_read_tokens
-    if usage.cache_write_tokens:
-        details["cache_creation"] = usage.cache_write_tokens
-    if details:
-        rendered["input_token_details"] = details
-    return rendered
+    return render_usage(
+        usage,
+        input_key="input_tokens",
+        output_key="output_tokens",
+        details_key="input_token_details",
+        read_key="cache_read",
+        write_key="cache_creation",
+    )
 
 
 def write_usage(usage: Usage, raw: object) -> dict[str, Any]:

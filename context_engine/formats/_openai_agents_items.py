@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, cast
 
 from context_engine.errors import InvalidMessageError
+from context_engine.formats._usage import render_usage
 from context_engine.messages import (
     Block,
     ImageBlock,
@@ -282,16 +283,11 @@ def usage_from_openai_agents(usage: Any) -> Usage:
 
 def usage_to_openai_agents(usage: Usage) -> dict[str, Any]:
     """Render `Usage` in the Responses usage shape (details only when non-zero)."""
-    rendered: dict[str, Any] = {
-        "input_tokens": usage.input_tokens,
-        "output_tokens": usage.output_tokens,
-        "total_tokens": usage.total_tokens,
-    }
-    details = {}
-    if usage.cache_read_tokens:
-        details["cached_tokens"] = usage.cache_read_tokens
-    if usage.cache_write_tokens:
-        details["cache_write_tokens"] = usage.cache_write_tokens
-    if details:
-        rendered["input_tokens_details"] = details
-    return rendered
+    return render_usage(
+        usage,
+        input_key="input_tokens",
+        output_key="output_tokens",
+        details_key="input_tokens_details",
+        read_key="cached_tokens",
+        write_key="cache_write_tokens",
+    )

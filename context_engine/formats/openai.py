@@ -40,6 +40,7 @@ from context_engine.formats._openai_parts import (
     write_parts,
     write_tool_calls,
 )
+from context_engine.formats._usage import render_usage
 from context_engine.messages import (
     ROLES,
     Block,
@@ -271,19 +272,14 @@ def usage_from_openai(usage: Mapping[str, Any]) -> Usage:
 
 def usage_to_openai(usage: Usage) -> dict[str, Any]:
     """Render `Usage` as a Chat Completions ``usage`` dict (details only when non-zero)."""
-    rendered: dict[str, Any] = {
-        "prompt_tokens": usage.input_tokens,
-        "completion_tokens": usage.output_tokens,
-        "total_tokens": usage.total_tokens,
-    }
-    details = {}
-    if usage.cache_read_tokens:
-        details["cached_tokens"] = usage.cache_read_tokens
-    if usage.cache_write_tokens:
-        details["cache_write_tokens"] = usage.cache_write_tokens
-    if details:
-        rendered["prompt_tokens_details"] = details
-    return rendered
+    return render_usage(
+        usage,
+        input_key="prompt_tokens",
+        output_key="completion_tokens",
+        details_key="prompt_tokens_details",
+        read_key="cached_tokens",
+        write_key="cache_write_tokens",
+    )
 
 
 def _default_form(role: str, visible: Sequence[Block], has_calls: bool) -> str:
