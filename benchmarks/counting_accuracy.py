@@ -30,10 +30,8 @@ writes benchmarks/results/counting_accuracy_quick.json only (``--docs`` /
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
-import platform
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -45,6 +43,7 @@ import attrs
 import tiktoken
 from _counting_report import render
 from _counting_texts import kind_errors, sample_errors, texts_of
+from steady_state import load_average, package_versions, run_facts, write_atomic
 
 from context_engine import Message, Usage
 from context_engine.formats.openai import from_openai
@@ -254,26 +253,14 @@ def run(mode: str) -> dict[str, Any]:
 
 
 def environment(mode: str, elapsed: float) -> dict[str, Any]:
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    command = " ".join([os.path.relpath(sys.executable, REPO), *sys.argv])
     return {
-        "command": " ".join([os.path.relpath(sys.executable, REPO), *sys.argv]),
-        "mode": mode,
+        **run_facts(command, mode, package_versions(("context-engine", "tiktoken"))),
         "every": EVERY[mode],
-        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "python": platform.python_version(),
-        "platform": platform.platform(terse=True),
-        "cpu_count": os.cpu_count(),
-        "load_average": round(load, 2) if load is not None else None,
+        "load_average": load_average(),
         "elapsed_s": round(elapsed, 1),
         "corpus": str(CORPUS),
     }
-
-
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    scratch = path.with_name(path.name + ".tmp")
-    scratch.write_text(text, encoding="utf-8")
-    scratch.replace(path)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -30,15 +30,12 @@ and ``--json`` override the paths).
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import itertools
 import json
 import os
-import platform
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
 
@@ -46,7 +43,7 @@ import _economics_ledger as ledger
 import _economics_report as report
 import _peer_adapters as peers
 from _economics_ledger import Outcome, Prompt, account, call_points, outcome
-from steady_state import load_average, to_json, write_atomic
+from steady_state import load_average, package_versions, run_facts, to_json, write_atomic
 
 from context_engine import Message
 from context_engine.cli.replay import replay
@@ -236,20 +233,8 @@ def measure(
 
 
 def environment(command: str, mode: str, counter: object) -> dict[str, Any]:
-    versions = {}
-    for package in PACKAGES:
-        try:
-            versions[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            versions[package] = "not installed"
     return {
-        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": command,
-        "mode": mode,
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "python": platform.python_version(),
-        "versions": versions,
+        **run_facts(command, mode, package_versions(PACKAGES)),
         "counter": repr(counter),
         "load_average_start": load_average(),
     }

@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
 import gc
 import json
 import os
-import platform
 import random
 import statistics
 import sys
@@ -34,7 +32,7 @@ import _peer_memory
 import _peer_report
 from _peer_rewrites import GROWTH, over_jobs, peer_over_jobs, sweep, sweep_fractions
 from _peer_scenarios import LIGHT_TRIM_RESULT_LINES, Job, Session, steady_jobs
-from steady_state import load_average, to_json, write_atomic
+from steady_state import load_average, run_facts, to_json, write_atomic
 
 from context_engine.testing import synthetic_session
 
@@ -168,16 +166,7 @@ def run_sweeps(mode: str) -> dict[str, Any]:
 
 
 def environment(command: str, mode: str) -> dict[str, Any]:
-    return {
-        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": command,
-        "mode": mode,
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "python": platform.python_version(),
-        "versions": peers.versions(),
-        "over_fraction": OVER_FRACTION,
-    }
+    return {**run_facts(command, mode, peers.versions()), "over_fraction": OVER_FRACTION}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

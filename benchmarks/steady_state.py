@@ -29,7 +29,7 @@ import re
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -346,13 +346,19 @@ def tables(rows: list[Row]) -> str:
     )
 
 
-def environment(command: str, mode: str, counter: object, appended_tokens: int) -> dict[str, Any]:
+def package_versions(packages: Iterable[str]) -> dict[str, str]:
+    """The installed version of each package, or "not installed"."""
     versions = {}
-    for package in ("context-engine", "tiktoken", "attrs"):
+    for package in packages:
         try:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             versions[package] = "not installed"
+    return versions
+
+
+def run_facts(command: str, mode: str, versions: dict[str, str]) -> dict[str, Any]:
+    """What every benchmark records about its run: when, how, on what machine, with what."""
     return {
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "command": command,
@@ -361,6 +367,13 @@ def environment(command: str, mode: str, counter: object, appended_tokens: int) 
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
         "versions": versions,
+    }
+
+
+def environment(command: str, mode: str, counter: object, appended_tokens: int) -> dict[str, Any]:
+    versions = package_versions(("context-engine", "tiktoken", "attrs"))
+    return {
+        **run_facts(command, mode, versions),
         "counter": repr(counter),
         "appended_message_tokens": appended_tokens,
     }
