@@ -38,8 +38,8 @@ class MessageCache:
     """Converts item lists incrementally: unchanged items keep their message objects.
 
     An agent loop resends the whole history on every call. Reusing the message
-    objects costs work only for the new items, and the engine trusts a provider
-    usage anchor only on the very objects it returned before.
+    objects costs work only for the new items: the engine's per-message token
+    caches hit and its prefix checks succeed on identity, without comparing content.
     """
 
     def __init__(self) -> None:

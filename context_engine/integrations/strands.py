@@ -98,10 +98,9 @@ def _system_prompt(agent: Any) -> Any:
 class _Transcripts:
     """Converts ``agent.messages``, reusing the `Message` objects of unchanged dicts.
 
-    The engine trusts a provider usage anchor when the messages before it are
-    the very objects it saw on the previous call, and caches token counts per
-    message; converting only what changed keeps both working and makes a call
-    that appends one step cost that step.
+    The engine caches token counts per message object and compares prefixes
+    identity first; converting only what changed makes a call that appends one
+    step cost that step instead of a conversion and comparison of the history.
     """
 
     def __init__(self) -> None:
