@@ -10,6 +10,7 @@ import attrs
 
 from context_engine.archive.base import RecordKind
 from context_engine.archive.reference import reference_for
+from context_engine.errors import ConfigurationError
 from context_engine.events import SummaryInfo
 from context_engine.messages import Message, TextBlock
 from context_engine.structure import ARCHIVED_KEY
@@ -25,6 +26,7 @@ __all__ = [
     "derived_copy",
     "reference_note",
     "replace_oldest_first",
+    "step_share",
 ]
 
 
@@ -78,6 +80,14 @@ class Budget:
         if step <= 0:
             return excess
         return -(-(excess + step) // step) * step
+
+
+def step_share(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
+    """Attrs validator of a head-room step (`Budget.goal_in_steps`): a share in [0, 1)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 1:
+        raise ConfigurationError(
+            f"{type(instance).__name__}.{attribute.name} must be a share in [0, 1), got {value!r}"
+        )
 
 
 def _message_tuple(messages: Iterable[Message]) -> tuple[Message, ...]:

@@ -23,6 +23,7 @@ from context_engine.strategies.base import (
     StrategyResult,
     derived_copy,
     replace_oldest_first,
+    step_share,
 )
 from context_engine.structure import TRIMMED_KEY, analyze
 
@@ -44,13 +45,6 @@ def _non_negative_int(instance: object, attribute: attrs.Attribute[int], value: 
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ConfigurationError(
             f"{type(instance).__name__}.{attribute.name} must be an int >= 0, got {value!r}"
-        )
-
-
-def _share(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 1:
-        raise ConfigurationError(
-            f"{type(instance).__name__}.{attribute.name} must be a share in [0, 1), got {value!r}"
         )
 
 
@@ -109,7 +103,7 @@ class LightTrim:
     """Characters kept from the start of a trimmed block."""
     preserve_tail: int = attrs.field(default=800, validator=_non_negative_int)
     """Characters kept from the end of a trimmed block."""
-    trimming_step: float = attrs.field(default=0.1, validator=_share)
+    trimming_step: float = attrs.field(default=0.1, validator=step_share)
     """Trim until the excess plus one step of this share of the threshold is saved, in
     whole steps (0 trims exactly enough): the room left lets the engine send the
     same view plus new messages for many calls, so the prompt prefix stays cacheable,

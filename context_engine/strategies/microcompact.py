@@ -27,6 +27,7 @@ from context_engine.strategies.base import (
     StrategyResult,
     derived_copy,
     replace_oldest_first,
+    step_share,
 )
 from context_engine.structure import CLEARED_KEY, analyze
 from context_engine.tokens import TokenCounter
@@ -68,13 +69,6 @@ def _callable(instance: object, attribute: attrs.Attribute[Any], value: object) 
         raise ConfigurationError(
             f"{type(instance).__name__}.{attribute.name} must be a function returning "
             f"a datetime, got {type(value).__name__}"
-        )
-
-
-def _share(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 1:
-        raise ConfigurationError(
-            f"{type(instance).__name__}.{attribute.name} must be a share in [0, 1), got {value!r}"
         )
 
 
@@ -183,7 +177,7 @@ class ToolResultMicrocompact:
     before that the provider's prompt cache is likely warm, and rewriting the
     prefix would throw it away. Without a timestamp on that message (or without
     an assistant message) the cache is taken as cold."""
-    clearing_step: float = attrs.field(default=0.2, validator=_share)
+    clearing_step: float = attrs.field(default=0.2, validator=step_share)
     """Clear in steps of this share of the threshold (0 clears exactly enough).
 
     The engine rebuilds the view from the transcript on every call; clearing
