@@ -4,7 +4,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from context_engine.archive.base import Archive
 from context_engine.commands import CompactCommand, parse_compact_command
-from context_engine.engine import CommitResult, ContextEngine, Projection, RecoveryResult
+from context_engine.engine import CompactResult, ContextEngine, Projection, RecoveryResult
 from context_engine.errors import (
     ArchiveError,
     BlockingCallInEventLoopError,
@@ -49,8 +49,8 @@ __all__ = [
     "ArchiveError",
     "BlockingCallInEventLoopError",
     "Budget",
-    "CommitResult",
     "CompactCommand",
+    "CompactResult",
     "CompactionError",
     "ConfigurationError",
     "ContextEngine",

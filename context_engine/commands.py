@@ -24,7 +24,7 @@ from context_engine.messages import Message
 
 if TYPE_CHECKING:
     from context_engine.engine import ContextEngine
-    from context_engine.results import CommitResult
+    from context_engine.results import CompactResult
 
 __all__ = [
     "COMPACT_COMMAND",
@@ -74,7 +74,7 @@ def parse_compact_command(text: str) -> CompactCommand | None:
 
 async def compact_from_chat(
     engine: ContextEngine, messages: Sequence[Message], line: str
-) -> CommitResult | None:
+) -> CompactResult | None:
     """Run ``engine.compact`` when ``line`` is a ``/compact`` command.
 
     Args:
@@ -83,7 +83,7 @@ async def compact_from_chat(
         line: What the user typed.
 
     Returns:
-        The engine's `CommitResult` (replace the transcript with its
+        The engine's `CompactResult` (replace the transcript with its
         ``messages`` when ``changed``), or None when ``line`` is not the command;
         then handle it as a normal message.
 
@@ -98,7 +98,7 @@ async def compact_from_chat(
 
 def compact_from_chat_sync(
     engine: ContextEngine, messages: Sequence[Message], line: str
-) -> CommitResult | None:
+) -> CompactResult | None:
     """Blocking `compact_from_chat`; raises `BlockingCallInEventLoopError` inside a running loop."""
     command = parse_compact_command(line)
     if command is None:

@@ -20,7 +20,7 @@ from context_engine.events import ContextUsage, RewriteEvent, RewriteReason, Sco
 from context_engine.messages import Message
 from context_engine.overflow import is_context_overflow
 from context_engine.redact import Redactor
-from context_engine.results import CommitResult, Projection, RecoveryResult
+from context_engine.results import CompactResult, Projection, RecoveryResult
 from context_engine.snapshots import describe_view
 from context_engine.strategies.base import Budget, Strategy
 from context_engine.structure import shared_shapes
@@ -32,7 +32,7 @@ from context_engine.tokens import (
     resolve_counter,
 )
 
-__all__ = ["CommitResult", "ContextEngine", "Projection", "RecoveryResult", "default_reserve"]
+__all__ = ["CompactResult", "ContextEngine", "Projection", "RecoveryResult", "default_reserve"]
 
 logger = logging.getLogger(__name__)
 
@@ -417,8 +417,8 @@ class ContextEngine:
 
         Below the threshold the input comes back unchanged. Above it the
         strategies run in order until the view fits. When a strategy listed in
-        ``commit_strategies`` applied, ``should_commit`` tells the caller to
-        replace its transcript with ``commit_messages``.
+        ``commit_strategies`` applied, ``commit`` is the transcript the caller
+        should keep from now on.
 
         Raises:
             InvalidMessageError: ``messages`` is not a sequence of `Message`.
@@ -550,8 +550,7 @@ class ContextEngine:
             changed=outcome.changed,
             strategy=outcome.applied[-1] if outcome.applied else None,
             event=event,
-            should_commit=should_commit,
-            commit_messages=commit_view,
+            commit=commit_view,
         )
 
     async def _skip(self, transcript: tuple[Message, ...], failures: int) -> Projection:
@@ -661,7 +660,7 @@ class ContextEngine:
             view=outcome.view,
             strategy=failure.strategy,
             failures=self.breaker.failures,
-            commit_messages=commit_view,
+            commit=commit_view,
         )
 
     def _event(
@@ -700,7 +699,7 @@ class ContextEngine:
             "context_engine.breaker.state": self.breaker.state,
         }
 
-    def _span_end(self, span: Any, result: Projection | CommitResult) -> None:
+    def _span_end(self, span: Any, result: Projection | CompactResult) -> None:
         if span is None:
             return
         event = result.event
@@ -732,7 +731,7 @@ class ContextEngine:
 
     async def compact(
         self, messages: Sequence[Message], instructions: str | None = None
-    ) -> CommitResult:
+    ) -> CompactResult:
         """Compact on demand (``/compact``): the first force-capable strategy that applies wins.
 
         The caller should replace its transcript with ``messages`` when ``changed``.
@@ -748,7 +747,7 @@ class ContextEngine:
 
     async def _compact(
         self, messages: Sequence[Message], instructions: str | None = None
-    ) -> CommitResult:
+    ) -> CompactResult:
         """The body of `compact`."""
         transcript = as_transcript(messages, self._meter.checked_prefix)
         estimate = self._estimate(transcript)
@@ -768,7 +767,7 @@ class ContextEngine:
                 failures=self.breaker.failures,
             ) from failure.__cause__
         await self._keep(transcript, outcome, count_failure=False)
-        return CommitResult(**await self._finish_forced("manual", transcript, estimate, outcome))
+        return CompactResult(**await self._finish_forced("manual", transcript, estimate, outcome))
 
     async def recover_overflow(
         self, messages: Sequence[Message], error: BaseException | str | None = None
@@ -845,11 +844,7 @@ class ContextEngine:
         fields = await self._finish_forced(
             "overflow", transcript, estimate, outcome, futile=futile, floor=floor
         )
-        return RecoveryResult(
-            **fields,
-            should_commit=outcome.changed,
-            commit_messages=outcome.view if outcome.changed else None,
-        )
+        return RecoveryResult(**fields)
 
     async def _finish_forced(
         self,
@@ -902,16 +897,14 @@ class ContextEngine:
                 await call_hook("on_compact", self.on_compact, event)
             else:
                 await call_hook("on_recover", self.on_recover, event)
-        info = outcome.info
         return {
             "messages": outcome.view,
             "usage": usage,
             "changed": outcome.changed,
             "strategy": outcome.applied[-1] if outcome.applied else None,
             "event": event,
-            "compacted_count": info.compacted_count if info else 0,
-            "kept_count": info.kept_count if info else 0,
-            "split_turn": info.is_split_turn if info else False,
+            "commit": outcome.view if outcome.changed else None,
+            "info": outcome.info,
         }
 
     # -- archive -------------------------------------------------------------------------
@@ -951,9 +944,11 @@ class ContextEngine:
 
     def compact_sync(
         self, messages: Sequence[Message], instructions: str | None = None
-    ) -> CommitResult:
+    ) -> CompactResult:
         """Blocking `compact`; raises `BlockingCallInEventLoopError` inside a running loop."""
-        result: CommitResult = run_blocking(lambda: self.compact(messages, instructions), "compact")
+        result: CompactResult = run_blocking(
+            lambda: self.compact(messages, instructions), "compact"
+        )
         return result
 
     def recover_overflow_sync(

@@ -104,9 +104,8 @@ class CompactionError(ContextEngineError, RuntimeError):
             and can be sent as is (it may still be above the threshold).
         strategy: Name of the strategy that failed.
         failures: Consecutive failures counted by the circuit breaker, this one included.
-        commit_messages: The view to commit when a strategy listed in
-            ``commit_strategies`` applied before the failure (a checkpoint that
-            was paid for), else None.
+        commit: The transcript to keep when a checkpoint was paid for before
+            the failure, else None.
     """
 
     def __init__(
@@ -116,18 +115,13 @@ class CompactionError(ContextEngineError, RuntimeError):
         view: Sequence[Message],
         strategy: str,
         failures: int,
-        commit_messages: Sequence[Message] | None = None,
+        commit: Sequence[Message] | None = None,
     ) -> None:
         super().__init__(message)
         self.view: tuple[Message, ...] = tuple(view)
         self.strategy = strategy
         self.failures = failures
-        self.commit_messages = tuple(commit_messages) if commit_messages is not None else None
-
-    @property
-    def should_commit(self) -> bool:
-        """Whether the caller should keep ``commit_messages`` as its transcript."""
-        return self.commit_messages is not None
+        self.commit: tuple[Message, ...] | None = tuple(commit) if commit is not None else None
 
 
 class TranscriptFormatError(InvalidMessageError):

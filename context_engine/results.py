@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import attrs
 
-from context_engine.events import ContextUsage, RewriteEvent
+from context_engine.events import ContextUsage, RewriteEvent, SummaryInfo
 from context_engine.messages import Message
 
-__all__ = ["CommitResult", "Projection", "RecoveryResult"]
+__all__ = ["CompactResult", "Projection", "RecoveryResult"]
 
 
 @attrs.frozen(kw_only=True)
@@ -20,6 +20,9 @@ class _Result:
         changed: Whether the view differs from the input.
         strategy: The last strategy that applied, or None.
         event: The `RewriteEvent`, or None when nothing was rewritten.
+        commit: The transcript the caller should keep from now on (a checkpoint
+            was paid for, ``/compact`` ran, or recovery rewrote history), or
+            None when the caller keeps its own.
     """
 
     messages: tuple[Message, ...] = attrs.field(repr=False)
@@ -27,20 +30,12 @@ class _Result:
     changed: bool
     strategy: str | None = None
     event: RewriteEvent | None = None
+    commit: tuple[Message, ...] | None = attrs.field(default=None, repr=False)
 
 
 @attrs.frozen(kw_only=True)
 class Projection(_Result):
-    """The view for one LLM call.
-
-    Attributes:
-        should_commit: A strategy listed in ``commit_strategies`` applied: the
-            caller should replace its transcript with ``commit_messages``.
-        commit_messages: The view to commit, or None.
-    """
-
-    should_commit: bool = False
-    commit_messages: tuple[Message, ...] | None = attrs.field(default=None, repr=False)
+    """The view for one LLM call."""
 
     @property
     def fits(self) -> bool:
@@ -49,30 +44,19 @@ class Projection(_Result):
 
 
 @attrs.frozen(kw_only=True)
-class CommitResult(_Result):
-    """The outcome of a manual ``compact``; commit ``messages`` when ``changed``.
+class CompactResult(_Result):
+    """The outcome of a manual ``compact``.
 
     Attributes:
-        compacted_count: Messages a checkpoint replaced.
-        kept_count: Messages kept verbatim after it.
-        split_turn: Whether the cut fell inside a turn.
+        info: The checkpoint written, or None when no checkpoint was.
     """
 
-    compacted_count: int = 0
-    kept_count: int = 0
-    split_turn: bool = False
+    info: SummaryInfo | None = None
 
 
 @attrs.frozen(kw_only=True)
-class RecoveryResult(CommitResult):
-    """The outcome of ``recover_overflow``.
+class RecoveryResult(CompactResult):
+    """The outcome of ``recover_overflow``; ``commit`` is set whenever the view changed.
 
-    Attributes:
-        should_commit: The caller should replace its transcript with
-            ``commit_messages`` before retrying (true whenever the view changed,
-            so the next call does not send the rejected history again).
-        commit_messages: The view to commit, or None.
+    Committing it means the next call does not send the rejected history again.
     """
-
-    should_commit: bool = False
-    commit_messages: tuple[Message, ...] | None = attrs.field(default=None, repr=False)

@@ -55,8 +55,8 @@ async def main() -> None:
             if event.committed or event.strategy != last_shown:
                 show(event, step)
                 last_shown = event.strategy
-        if projection.should_commit and projection.commit_messages is not None:
-            transcript = list(projection.commit_messages)
+        if projection.commit is not None:
+            transcript = list(projection.commit)
     full = sum(engine.counter.count_message(m) for m in session)
     checkpoint = next((m for m in transcript if m.is_summary), None)
     if checkpoint is not None:

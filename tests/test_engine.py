@@ -100,7 +100,7 @@ async def test_project_below_threshold_returns_input_unchanged() -> None:
     assert all(a is b for a, b in zip(result.messages, messages, strict=True))
     assert not result.changed
     assert result.event is None
-    assert not result.should_commit
+    assert result.commit is None
     assert shrink.calls == 0
     assert engine.snapshot().scope == "baseline"  # type: ignore[union-attr]
 
@@ -127,8 +127,8 @@ async def test_project_runs_the_next_strategy_when_the_first_is_not_enough() -> 
     result = await engine.project(messages)
     assert (shrink.calls, summary.calls) == (1, 1)
     assert [s.name for s in result.event.steps] == ["shrink", "full_summary"]  # type: ignore[union-attr]
-    assert result.should_commit
-    assert result.commit_messages == result.messages
+    assert result.commit is not None
+    assert result.commit == result.messages
     assert result.event.committed  # type: ignore[union-attr]
     assert engine.snapshot().scope == "committed"  # type: ignore[union-attr]
     assert check_view(messages, result.messages) == []
@@ -138,8 +138,8 @@ async def test_project_does_not_commit_strategies_outside_commit_strategies() ->
     engine = engine_with(ShrinkToolResults())
     result = await engine.project(agent_session(40))
     assert result.changed
-    assert not result.should_commit
-    assert result.commit_messages is None
+    assert result.commit is None
+    assert result.commit is None
     assert engine.snapshot().scope == "projected"  # type: ignore[union-attr]
 
 
@@ -396,8 +396,8 @@ async def test_recover_overflow_shrinks_below_the_scaled_target_and_asks_to_comm
         messages, f"prompt is too long: {estimate * 2} tokens > 20000 maximum"
     )
     assert result.changed
-    assert result.should_commit
-    assert result.commit_messages == result.messages
+    assert result.commit is not None
+    assert result.commit == result.messages
     assert (
         result.usage.tokens <= engine.threshold * estimate // (estimate * 2) + 1
         or result.usage.tokens < estimate
@@ -497,11 +497,11 @@ async def test_usage_left_on_a_kept_message_after_a_commit_does_not_cause_anothe
     messages = agent_session(120, result_chars=400)
     messages[-2] = attrs.evolve(messages[-2], usage=Usage(input_tokens=9_000, output_tokens=5))
     first = await engine.project(messages)
-    assert first.should_commit
+    assert first.commit is not None
     assert summary.calls == 1
-    assert first.commit_messages is not None
-    assert first.commit_messages[-2].usage is not None
-    committed = [*first.commit_messages, Message.user("next")]
+    assert first.commit is not None
+    assert first.commit[-2].usage is not None
+    committed = [*first.commit, Message.user("next")]
     second = await engine.project(committed)
     assert summary.calls == 1
     assert not second.changed
@@ -594,8 +594,8 @@ async def test_compaction_error_carries_a_paid_checkpoint_to_commit() -> None:
     with pytest.raises(CompactionError) as caught:
         await engine.project(messages)
     error = caught.value
-    assert error.should_commit
-    assert error.commit_messages == error.view
+    assert error.commit is not None
+    assert error.commit == error.view
     assert any(m.is_summary for m in error.view)
 
 

@@ -31,7 +31,7 @@ from context_engine.events import RewriteEvent
 from context_engine.formats.readers import write_transcript
 from context_engine.messages import ContextSummary, Message
 from context_engine.redact import Redactor
-from context_engine.results import CommitResult
+from context_engine.results import CompactResult
 from context_engine.testing import synthetic_session
 
 __all__ = ["demo_window", "run_compact", "run_demo", "run_inspect", "run_replay"]
@@ -127,6 +127,7 @@ def run_compact(args: argparse.Namespace, out: Output) -> int:
     )
     target = Path(args.output) if args.output else _output_path(transcript.source, fmt)
     _write_messages(target, result.messages, fmt)
+    info = result.info
     data = {
         "source": transcript.source,
         "output": str(target),
@@ -139,9 +140,9 @@ def run_compact(args: argparse.Namespace, out: Output) -> int:
         "messages_after": len(result.messages),
         "tokens_after": result.usage.tokens,
         "fits": result.usage.fits,
-        "compacted_count": result.compacted_count,
-        "kept_count": result.kept_count,
-        "split_turn": result.split_turn,
+        "compacted_count": info.compacted_count if info else 0,
+        "kept_count": info.kept_count if info else len(result.messages),
+        "split_turn": info.is_split_turn if info else False,
         "summarizer": args.summarizer,
         "summarizer_calls": summarizer.calls,
         "event": event_json(result.event),
@@ -152,7 +153,7 @@ def run_compact(args: argparse.Namespace, out: Output) -> int:
     return EXIT_OK if result.usage.fits else EXIT_PROBLEM
 
 
-def _show_compact(result: CommitResult, data: dict[str, Any], out: Output) -> None:
+def _show_compact(result: CompactResult, data: dict[str, Any], out: Output) -> None:
     event = result.event
     if not result.changed or event is None:
         out.line(f"Nothing to compact in {data['source']}: the transcript is kept as it is.")
@@ -163,8 +164,8 @@ def _show_compact(result: CommitResult, data: dict[str, Any], out: Output) -> No
             f"{data['messages_after']} messages"
         )
         out.line(
-            f"  checkpoint replaced {result.compacted_count} messages, kept {result.kept_count} "
-            f"verbatim; split turn: {'yes' if result.split_turn else 'no'}; "
+            f"  checkpoint replaced {data['compacted_count']} messages, kept "
+            f"{data['kept_count']} verbatim; split turn: {'yes' if data['split_turn'] else 'no'}; "
             f"summarizer {data['summarizer']} called {data['summarizer_calls']} time(s)"
         )
         if event.info is not None and (event.info.read_files or event.info.modified_files):

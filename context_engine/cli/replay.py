@@ -243,11 +243,11 @@ class _Run:
         except CompactionError as exc:
             self.failures += 1
             self.problems.append(f"{where}: {exc}")
-            view, commit = tuple(exc.view), exc.commit_messages
+            view, commit = tuple(exc.view), exc.commit
             tokens = self.engine.estimate(view).tokens
         else:
             view, tokens = projection.messages, projection.usage.tokens
-            commit = projection.commit_messages if projection.should_commit else None
+            commit = projection.commit
         self._verify(where, given, view)
         if commit is not None:
             self.running = list(commit)
@@ -264,8 +264,8 @@ class _Run:
             view = tuple(exc.view)
             return view, self.engine.estimate(view).tokens
         self._verify(where, given, recovery.messages)
-        if recovery.should_commit and recovery.commit_messages is not None:
-            self.running = list(recovery.commit_messages)
+        if recovery.commit is not None:
+            self.running = list(recovery.commit)
         return recovery.messages, recovery.usage.tokens
 
     def _verify(self, where: str, given: tuple[Message, ...], view: Sequence[Message]) -> None:

@@ -36,7 +36,7 @@ from context_engine.engine import ContextEngine
 from context_engine.errors import CompactionError, ConfigurationError
 from context_engine.messages import Message
 from context_engine.overflow import is_context_overflow
-from context_engine.results import CommitResult, Projection, RecoveryResult
+from context_engine.results import CompactResult, Projection, RecoveryResult
 
 try:
     from langchain.agents.middleware import (
@@ -271,7 +271,7 @@ def _model_call(
     command = _compact_command(transcript) if commands else None
     if command is not None:
         instructions, history = command.instructions, transcript[:-1]
-        compacted: CommitResult = yield _EngineCall(
+        compacted: CompactResult = yield _EngineCall(
             "compact", lambda: engine.compact(history, instructions)
         )
         return _compacted(reader, compacted, len(lead), request.messages[-1])
@@ -298,7 +298,7 @@ def _model_call(
         recovery.usage.tokens,
     )
     response = yield _ModelCall(_with_view(request, recovery.messages, len(lead)))
-    return _respond(reader, response, recovery.commit_messages, len(lead))
+    return _respond(reader, response, recovery.commit, len(lead))
 
 
 def _project(
@@ -313,8 +313,8 @@ def _project(
             exc.strategy,
             exc.failures,
         )
-        return (exc.view if exc.view != transcript else None), exc.commit_messages
-    return (projection.messages if projection.changed else None), projection.commit_messages
+        return (exc.view if exc.view != transcript else None), exc.commit
+    return (projection.messages if projection.changed else None), projection.commit
 
 
 def _is_overflow(error: BaseException) -> bool:
@@ -358,15 +358,23 @@ def _respond(
     )
 
 
-def _compacted(reader: _Reader, result: CommitResult, lead: int, command: AnyMessage) -> _Result:
+def _replaced(result: CompactResult) -> int:
+    return result.info.compacted_count if result.info else 0
+
+
+def _kept(result: CompactResult) -> int:
+    return result.info.kept_count if result.info else len(result.messages)
+
+
+def _compacted(reader: _Reader, result: CompactResult, lead: int, command: AnyMessage) -> _Result:
     """The answer to ``/compact``: a note, and the compacted history committed before it."""
     if not result.changed:
         note = AIMessage(content="Nothing to compact: the conversation is already short.")
         return ModelResponse(result=[note])
     note = AIMessage(
         content=(
-            f"Compacted the conversation ({result.strategy}): {result.compacted_count} "
-            f"messages replaced by a checkpoint, {result.kept_count} kept verbatim."
+            f"Compacted the conversation ({result.strategy}): {_replaced(result)} "
+            f"messages replaced by a checkpoint, {_kept(result)} kept verbatim."
         )
     )
     kept = reader.write(result.messages[lead:])

@@ -45,7 +45,7 @@ from context_engine.formats.openai_agents import (
 from context_engine.integrations._openai_agents_state import Commit, MessageCache
 from context_engine.messages import Message
 from context_engine.overflow import is_context_overflow
-from context_engine.results import CommitResult, Projection, RecoveryResult
+from context_engine.results import CompactResult, Projection, RecoveryResult
 
 try:
     from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
@@ -228,8 +228,8 @@ class ContextEngineInputFilter:
         with custom_span(f"context_engine.{operation}") as span:
             result = await call(prepared.messages)
             _describe(span, result)
-        if result.should_commit and result.commit_messages is not None:
-            kept = _without_head(result.commit_messages, prepared.head)
+        if result.commit is not None:
+            kept = _without_head(result.commit, prepared.head)
             self._commit = Commit(prepared.transcript, kept)
         items = self._write(_without_head(result.messages, prepared.head))
         self._last = attrs.evolve(prepared, sent=items)
@@ -408,7 +408,7 @@ class ContextEngineSession:
         await self._replace(committed)
         return True
 
-    async def compact(self, instructions: str | None = None) -> CommitResult:
+    async def compact(self, instructions: str | None = None) -> CompactResult:
         """Compact the stored history now: what a ``/compact [instructions]`` command does.
 
         Args:

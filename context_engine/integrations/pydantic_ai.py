@@ -52,7 +52,7 @@ from context_engine.formats._pydantic_ai_write import Group
 from context_engine.formats.pydantic_ai import read_groups, write_history
 from context_engine.messages import Message
 from context_engine.overflow import is_context_overflow
-from context_engine.results import CommitResult
+from context_engine.results import CompactResult
 
 __all__ = ["ContextEngineCapability", "history_processor"]
 
@@ -131,10 +131,10 @@ async def _project(engine: ContextEngine, bridge: _Bridge, *, view_kept: bool) -
             exc.strategy,
             exc.failures,
         )
-        view, commit, changed = exc.view, exc.commit_messages, exc.view != bridge.transcript
+        view, commit, changed = exc.view, exc.commit, exc.view != bridge.transcript
     else:
         view, changed = projection.messages, projection.changed
-        commit = projection.commit_messages if projection.should_commit else None
+        commit = projection.commit
     return _Projected(
         view=bridge.write(view, kept=view_kept) if changed else bridge.history,
         commit=bridge.write(commit, kept=True) if commit is not None else None,
@@ -224,9 +224,9 @@ class ContextEngineCapability(AbstractCapability[Any]):
         except CompactionError:
             logger.warning("step=<%d> | overflow recovery failed", ctx.run_step, exc_info=True)
             recovery = None
-        if recovery is None or recovery.commit_messages is None or not recovery.should_commit:
+        if recovery is None or recovery.commit is None:
             raise error
-        ctx.messages[:] = bridge.write(recovery.commit_messages, kept=True)
+        ctx.messages[:] = bridge.write(recovery.commit, kept=True)
         self._recovered_step = ctx.run_step
         logger.info(
             "step=<%d> tokens_after=<%d> | context overflow recovered, retrying",
@@ -251,10 +251,12 @@ class ContextEngineCapability(AbstractCapability[Any]):
         raise SkipModelRequest(pm.ModelResponse(parts=[pm.TextPart(_compact_reply(result))]))
 
 
-def _compact_reply(result: CommitResult | None) -> str:
+def _compact_reply(result: CompactResult | None) -> str:
     if result is None or not result.changed:
         return "Nothing to compact."
+    info = result.info
     return (
-        f"Compacted {result.compacted_count} messages into a checkpoint; "
-        f"kept {result.kept_count} (about {result.usage.tokens} tokens now)."
+        f"Compacted {info.compacted_count if info else 0} messages into a checkpoint; "
+        f"kept {info.kept_count if info else len(result.messages)} "
+        f"(about {result.usage.tokens} tokens now)."
     )

@@ -40,7 +40,7 @@ from context_engine.engine import ContextEngine
 from context_engine.errors import CompactionError, ConfigurationError, ContextEngineError
 from context_engine.messages import Message
 from context_engine.overflow import is_context_overflow
-from context_engine.results import CommitResult, RecoveryResult
+from context_engine.results import CompactResult, RecoveryResult
 
 try:
     import strands  # noqa: F401  (the guard: fail here with the install line)
@@ -214,7 +214,8 @@ class ContextEngineConversationManager(ConversationManager):
             return
         result = await self.compact(event.agent, command)
         event.cancel = (
-            f"Compacted {result.compacted_count} messages into a checkpoint."
+            f"Compacted {result.info.compacted_count if result.info else 0} messages "
+            "into a checkpoint."
             if result.changed
             else "Nothing to compact."
         )
@@ -251,19 +252,19 @@ class ContextEngineConversationManager(ConversationManager):
                 error.strategy,
                 error.failures,
             )
-            if error.commit_messages is not None:
-                self._commit(agent, error.commit_messages)
+            if error.commit is not None:
+                self._commit(agent, error.commit)
             return error.view
-        if projection.should_commit and projection.commit_messages is not None:
-            self._commit(agent, projection.commit_messages)
+        if projection.commit is not None:
+            self._commit(agent, projection.commit)
         return projection.messages if projection.changed else None
 
     async def _recover(self, agent: Any, error: Exception) -> RecoveryResult:
         transcript = self._transcripts.convert(agent.messages, _system_prompt(agent))
         stated = error if is_context_overflow(error) else None
         result = await self.engine.recover_overflow(transcript, stated)
-        if result.should_commit and result.commit_messages is not None:
-            self._commit(agent, result.commit_messages)
+        if result.commit is not None:
+            self._commit(agent, result.commit)
         return result
 
     def _commit(self, agent: Any, view: Sequence[Message]) -> None:
@@ -328,7 +329,7 @@ class ContextEngineConversationManager(ConversationManager):
             raise e
         self._recovered = True
 
-    async def compact(self, agent: Agent, instructions: str | None = None) -> CommitResult:
+    async def compact(self, agent: Agent, instructions: str | None = None) -> CompactResult:
         """Compact the agent's history now and commit the result (``/compact``).
 
         Args:
@@ -344,7 +345,7 @@ class ContextEngineConversationManager(ConversationManager):
             self._commit(agent, result.messages)
         return result
 
-    def compact_sync(self, agent: Agent, instructions: str | None = None) -> CommitResult:
+    def compact_sync(self, agent: Agent, instructions: str | None = None) -> CompactResult:
         """Blocking `compact`; it may also be called from inside a running event loop."""
         return _run(lambda: self.compact(agent, instructions), "compact")
 

@@ -105,11 +105,11 @@ async def test_a_checkpoint_carries_the_references_of_the_checkpoints_before_it(
     engine = engine_with(MemoryArchive(), window=4_000)
     transcript = agent_session(40)
     first = await engine.project(transcript)
-    assert first.should_commit
-    assert first.commit_messages is not None
-    grown = [*first.commit_messages, *agent_session(40)[2:]]
+    assert first.commit is not None
+    assert first.commit is not None
+    grown = [*first.commit, *agent_session(40)[2:]]
     second = await engine.compact(grown)
-    old = next(m for m in first.commit_messages if isinstance(m, ContextSummary))
+    old = next(m for m in first.commit if isinstance(m, ContextSummary))
     new = next(m for m in second.messages if isinstance(m, ContextSummary))
     assert new.references[: len(old.references)] == old.references
     assert len(new.references) == len(old.references) + 1
@@ -213,7 +213,7 @@ async def test_a_store_failing_on_write_returns_no_view_that_lost_content(operat
     assert archive.writes == 1
     assert info.value.strategy == "archive"
     assert info.value.view == tuple(session)
-    assert info.value.commit_messages is None
+    assert info.value.commit is None
     assert isinstance(info.value.__cause__, Exception)
     assert events == []  # no event describes a view that was never handed out
     assert engine.breaker.failures == (1 if operation == "project" else 0)
@@ -277,9 +277,9 @@ async def test_every_original_removed_from_a_replayed_corpus_transcript_is_recal
         assert check_view(running, result.messages) == []
         rewrites += result.changed
         checked += await assert_removed_are_recallable(engine, running, result.messages)
-        if result.should_commit and result.commit_messages is not None:
-            checked += await assert_removed_are_recallable(engine, running, result.commit_messages)
-            running = list(result.commit_messages)
+        if result.commit is not None:
+            checked += await assert_removed_are_recallable(engine, running, result.commit)
+            running = list(result.commit)
     await archive.close()
     assert rewrites > 0
     assert checked > 0

@@ -341,9 +341,9 @@ async def test_engine_views_survive_a_round_trip_through_strands() -> None:
         token_counter=FixedTokenCounter(),
     )
     projection = await engine.project(transcript)
-    assert projection.should_commit
+    assert projection.commit is not None
     assert projection.messages[1].is_summary
-    for view in (projection.messages, projection.commit_messages):
+    for view in (projection.messages, projection.commit):
         assert view is not None
         assert from_strands(to_strands(view), system_prompt=system) == list(view)
 

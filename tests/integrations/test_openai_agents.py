@@ -405,10 +405,10 @@ async def test_session_stores_the_commit_and_compact_command_compacts_it() -> No
 
     result = await session.compact("keep the file names")
     assert result.changed
-    assert result.compacted_count > 0
+    assert result.info.compacted_count > 0
     compacted = from_openai_agents(await inner.get_items())
     assert "keep the file names" in compacted[0].text
-    assert len(compacted) == result.kept_count + 1
+    assert len(compacted) == result.info.kept_count + 1
 
     await Runner.run(agent, "And the cli.", session=session, run_config=config)
     assert harness.view(model.calls[-1])[1] == compacted[0]

@@ -430,7 +430,7 @@ async def test_an_empty_transcript_comes_back_empty_and_unchanged(operation: str
         # Nothing can be removed: reported as futile (the floor is the request framing).
         assert result.event is not None
         assert result.event.futile
-        assert not result.should_commit
+        assert result.commit is None
     else:
         assert result.event is None
 

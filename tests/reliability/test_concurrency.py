@@ -135,8 +135,8 @@ async def run_session(
         views.append(result.messages)
         if result.event is not None:
             reported.append(result.event)
-        if result.should_commit:
-            held = list(result.commit_messages or ())
+        if result.commit is not None:
+            held = list(result.commit or ())
     assert events == reported  # this engine's hook saw exactly this engine's events
     return {"views": views, "events": len(events), "engine": engine}
 
@@ -198,8 +198,8 @@ def test_blocking_twins_on_many_threads_share_a_counter_safely(
             result = engine.project_sync(held)
             valid(held, result.messages)
             views.append(result.messages)
-            if result.should_commit:
-                held = list(result.commit_messages or ())
+            if result.commit is not None:
+                held = list(result.commit or ())
         return views
 
     with ThreadPoolExecutor(max_workers=8) as pool:

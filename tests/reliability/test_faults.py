@@ -102,7 +102,7 @@ async def test_a_failing_summarizer_raises_compaction_error_with_a_valid_best_vi
     assert error.strategy == "full_summary"
     assert engine.consecutive_failures == error.failures == 1
     assert error.view == tuple(transcript)  # nothing applied before the failure
-    assert not error.should_commit
+    assert error.commit is None
     valid(transcript, error.view)
     snapshot = engine.snapshot()
     assert snapshot is not None
@@ -183,7 +183,7 @@ async def test_odd_but_usable_answers_make_a_valid_checkpoint(answer: str) -> No
     engine = summary_engine(answers(answer))
     result = await engine.project(transcript)
     assert result.changed
-    assert result.should_commit
+    assert result.commit is not None
     checkpoint = next(m for m in result.messages if m.is_summary)
     assert checkpoint.summary.strip()
     valid(transcript, result.messages)
@@ -259,8 +259,8 @@ async def test_a_summarizer_failing_every_second_call_never_opens_the_breaker() 
             outcomes.append(("failed", engine.consecutive_failures, engine.breaker_state))
         else:
             valid(transcript, result.messages)
-            assert result.should_commit
-            transcript = list(result.commit_messages or ())
+            assert result.commit is not None
+            transcript = list(result.commit or ())
             outcomes.append(("committed", engine.consecutive_failures, engine.breaker_state))
     assert calls == 8
     assert outcomes == [("committed", 0, "closed"), ("failed", 1, "closed")] * 4
@@ -312,7 +312,7 @@ async def test_a_successful_overflow_recovery_closes_an_open_breaker() -> None:
     summarizer.mode = "ok"
     recovered = await engine.recover_overflow(transcript, "maximum context length exceeded")
     assert recovered.changed
-    assert recovered.should_commit
+    assert recovered.commit is not None
     valid(transcript, recovered.messages)
     assert (engine.breaker_state, engine.consecutive_failures) == ("closed", 0)
 
@@ -483,6 +483,6 @@ async def test_a_caller_timeout_around_project_keeps_the_failure_count() -> None
     assert engine.consecutive_failures == 1
     summarizer.mode = "ok"
     result = await engine.project(transcript)
-    assert result.should_commit
+    assert result.commit is not None
     assert engine.consecutive_failures == 0
     valid(transcript, result.messages)

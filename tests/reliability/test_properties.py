@@ -126,7 +126,7 @@ def project(engine: ContextEngine, messages: list[Message]) -> tuple[Any, ...]:
         assert rewrite.tokens_after == result.usage.tokens
         applied = [step.name for step in rewrite.steps if step.applied]
         assert result.strategy == (applied[-1] if applied else None)
-        assert result.should_commit == ("full_summary" in applied)
+        assert (result.commit is not None) == ("full_summary" in applied)
     if any(s.name == "hard_truncate" for s in engine.strategies):
         assert_lands_or_says_why(engine, result)
     return result.messages
@@ -174,13 +174,13 @@ def replay(config: dict[str, Any], chunks: list[list[Message]], actions: list[st
         try:
             if action == "project":
                 result: Any = engine.project_sync(held)
-                commit = result.commit_messages
+                commit = result.commit
             elif action == "compact":
                 result = engine.compact_sync(held)
                 commit = result.messages if result.changed else None
             elif action == "recover":
                 result = engine.recover_overflow_sync(held, "context_length_exceeded")
-                commit = result.commit_messages
+                commit = result.commit
             else:
                 engine.sync(held)
                 views.append("synced")

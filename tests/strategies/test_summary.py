@@ -349,7 +349,7 @@ async def test_default_engine_with_a_summarizer_commits_the_checkpoint() -> None
     )
     view = session(turns=8, steps=8)
     result = await engine.project(view)
-    assert result.should_commit
+    assert result.commit is not None
     assert any(m.is_summary for m in result.messages)
     assert result.event is not None
     assert result.event.info is not None
@@ -365,7 +365,7 @@ async def test_compact_passes_instructions_and_fires_on_compact_with_reason_manu
     view = session(turns=8, steps=8)
     result = await engine.compact(view, instructions="keep the failing test names")
     assert result.changed
-    assert result.compacted_count > 0
+    assert result.info.compacted_count > 0
     assert summarizer.requests[0].instructions == "keep the failing test names"
     assert seen
     assert seen[0].reason == "manual"
@@ -392,7 +392,7 @@ async def test_a_failing_summarizer_trips_the_breaker_through_the_engine() -> No
     assert summarizer.calls == 2
 
 
-async def test_commit_messages_stop_at_the_checkpoint_when_a_truncation_ran_after_it() -> None:
+async def test_commit_stops_at_the_checkpoint_when_a_truncation_ran_after_it() -> None:
     """What hard truncation cut after a checkpoint shaped this call only: never committed."""
     from context_engine.strategies import HardTruncate
 
@@ -407,12 +407,11 @@ async def test_commit_messages_stop_at_the_checkpoint_when_a_truncation_ran_afte
     assert result.event is not None
     applied = [s.name for s in result.event.steps if s.applied]
     assert applied == ["full_summary", "hard_truncate"]
-    assert result.should_commit
-    assert result.commit_messages is not None
-    assert result.commit_messages != result.messages
-    assert check_view(view, result.commit_messages) == []
-    assert all(m in result.commit_messages for m in view[-4:])
-    assert not any("context_engine.truncated" in m.metadata for m in result.commit_messages)
+    assert result.commit is not None
+    assert result.commit != result.messages
+    assert check_view(view, result.commit) == []
+    assert all(m in result.commit for m in view[-4:])
+    assert not any("context_engine.truncated" in m.metadata for m in result.commit)
 
 
 async def test_a_summarizer_window_too_small_is_a_recorded_no_op_and_the_next_strategy_runs() -> (

@@ -37,7 +37,7 @@ def test_forced_compaction_keeps_invariants_fits_and_names_every_modified_file(
     if not result.changed:
         pytest.skip("nothing before the kept tail to compact")
     checkpoint = next(m for m in result.messages if isinstance(m, ContextSummary))
-    compacted = transcript[: len(transcript) - result.kept_count]
+    compacted = transcript[: len(transcript) - result.info.kept_count]
     for path in track_files(compacted).modified:
         assert path in checkpoint.modified_files
     recovered = engine.recover_overflow_sync(transcript, "prompt is too long")
