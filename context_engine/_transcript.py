@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from context_engine._pipeline import PipelineOutcome
 from context_engine.errors import InvalidMessageError
 from context_engine.messages import Message
 from context_engine.overflow import overflow_token_counts
 
-__all__ = ["as_transcript", "chain", "recovery_target"]
+__all__ = ["as_transcript", "recovery_target"]
 
 
 def as_transcript(
@@ -66,22 +65,11 @@ def recovery_target(
     own limit when the error states a smaller one than the configured window.
     """
     prompt, limit = overflow_token_counts(error)
-    if limit is not None and 0 < limit < window:
-        threshold = max(0, threshold - (window - limit))
-    actual = max(window + 1, prompt or 0)
+    if limit is None or not 0 < limit < window:
+        limit = window
+    threshold = max(0, threshold - (window - limit))
+    # The rejected prompt was above the limit that rejected it: one discount, not two.
+    actual = max(limit + 1, prompt or 0)
     if estimated >= actual:
         return threshold
     return max(0, min(threshold, threshold * estimated // actual))
-
-
-def chain(first: PipelineOutcome, second: PipelineOutcome) -> PipelineOutcome:
-    """Two pipeline runs, one after the other, as one outcome."""
-    return PipelineOutcome(
-        view=second.view,
-        tokens=second.tokens,
-        steps=first.steps + second.steps,
-        applied=first.applied + second.applied,
-        info=second.info or first.info,
-        removed=first.removed + second.removed,
-        views=first.views + second.views,
-    )

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from context_engine._pipeline import PipelineOutcome
 from context_engine.events import ContextUsage, Scope, Snapshot
 from context_engine.messages import Message
+from context_engine.pipeline import Outcome
 from context_engine.structure import CLEARED_KEY, TRIMMED_KEY
 
 __all__ = ["describe_view"]
 
 
 def describe_view(
-    scope: Scope, view: tuple[Message, ...], usage: ContextUsage, outcome: PipelineOutcome | None
+    scope: Scope, view: tuple[Message, ...], usage: ContextUsage, outcome: Outcome | None
 ) -> Snapshot:
     """Count what a view is made of and what the last rewrite did to it."""
     info = outcome.info if outcome else None

@@ -67,7 +67,6 @@ class Exploding:
     async def force_apply(
         self,
         transcript: Sequence[Message],
-        view: Sequence[Message],
         budget: Budget,
         *,
         instructions: str | None = None,
@@ -110,7 +109,6 @@ class Checkpointer:
     async def force_apply(
         self,
         transcript: Sequence[Message],
-        view: Sequence[Message],
         budget: Budget,
         *,
         instructions: str | None = None,

@@ -22,6 +22,7 @@ from context_engine import (
 from context_engine.engine import ContextEngine, default_reserve
 from context_engine.invariants import check_view
 from context_engine.testing import FixedTokenCounter
+from context_engine.strategies import HardTruncate
 from tests.fakes import Checkpointer, Exploding, ShrinkToolResults, agent_session
 
 
@@ -185,17 +186,22 @@ async def test_overhead_tokens_count_in_the_budget() -> None:
 # -- failures and the breaker -----------------------------------------------------
 
 
-async def test_failing_pipeline_raises_compaction_error_with_best_view_and_cause() -> None:
-    engine = engine_with(ShrinkToolResults(), Exploding(), window=3000, reserve_tokens=1000)
+async def test_a_failing_llm_strategy_is_recorded_and_the_next_strategies_make_the_view_fit() -> (
+    None
+):
+    engine = engine_with(
+        Exploding(), ShrinkToolResults(), HardTruncate(), window=3000, reserve_tokens=1000
+    )
     messages = agent_session(120, result_chars=400)
-    with pytest.raises(CompactionError) as caught:
-        await engine.project(messages)
-    error = caught.value
-    assert isinstance(error.__cause__, RuntimeError)
-    assert error.strategy == "exploding"
-    assert error.failures == 1
-    assert any(m.text == "gone" for m in error.view)
-    assert check_view(messages, error.view) == []
+    result = await engine.project(messages)
+    assert result.fits
+    assert result.event is not None
+    failed = [step for step in result.event.steps if step.error]
+    assert [(s.name, s.applied) for s in failed] == [("exploding", False)]
+    assert "summarizer endpoint is down" in (failed[0].error or "")
+    assert result.event.failures == 1
+    assert result.commit is None
+    assert check_view(messages, result.messages) == []
     assert engine.consecutive_failures == 1
 
 
@@ -211,8 +217,9 @@ async def test_breaker_skips_one_call_after_max_failures_then_half_opens() -> No
     )
     messages = agent_session(60, result_chars=400)
     for _ in range(2):
-        with pytest.raises(CompactionError):
-            await engine.project(messages)
+        failed = await engine.project(messages)
+        assert failed.event is not None
+        assert failed.event.steps[0].error is not None
     assert engine.breaker_state == "open"
     skipped = await engine.project(messages)
     assert skipped.messages == tuple(messages)
@@ -221,29 +228,62 @@ async def test_breaker_skips_one_call_after_max_failures_then_half_opens() -> No
     assert skipped.event.reason == "circuit_breaker"
     assert skipped.event.strategy == "circuit_breaker"
     assert skipped.event.failures == 2
-    assert events == [skipped.event]
+    assert [(s.name, s.error) for s in skipped.event.steps] == [
+        ("exploding", "circuit breaker open")
+    ]
+    assert events[-1] == skipped.event
+    assert len(events) == 3
     assert engine.snapshot().scope == "skipped"  # type: ignore[union-attr]
     assert engine.breaker_state == "half_open"
     assert engine.consecutive_failures == 1
     assert exploding.calls == 2
-    with pytest.raises(CompactionError):
-        await engine.project(messages)
+    await engine.project(messages)
     assert exploding.calls == 3
     assert engine.breaker_state == "open"
 
 
+async def test_the_open_breaker_skips_only_the_llm_strategies_and_the_view_still_fits() -> None:
+    engine = engine_with(
+        Exploding(),
+        ShrinkToolResults(),
+        HardTruncate(),
+        window=3000,
+        reserve_tokens=1000,
+        max_consecutive_failures=1,
+    )
+    messages = agent_session(60, result_chars=400)
+    await engine.project(messages)
+    assert engine.breaker_state == "open"
+    skipped = await engine.project(messages)
+    assert skipped.fits
+    assert skipped.changed
+    assert skipped.event is not None
+    assert skipped.event.reason == "circuit_breaker"
+    assert "shrink" in [s.name for s in skipped.event.steps if s.applied]
+
+
 async def test_successful_rewrite_closes_the_breaker() -> None:
-    flaky = Exploding(name="flaky", uses_llm=False)
+    flaky = Exploding(name="flaky", uses_llm=True)
     engine = engine_with(flaky, window=3000, reserve_tokens=1000, max_consecutive_failures=2)
     messages = agent_session(60, result_chars=400)
     for _ in range(2):
-        with pytest.raises(CompactionError):
-            await engine.project(messages)
+        await engine.project(messages)
+    assert engine.breaker_state == "open"
     await engine.project(messages)  # skipped
-    engine._strategies = (ShrinkToolResults(),)
+    engine._strategies = (Checkpointer(),)
     result = await engine.project(messages)
     assert result.changed
     assert engine.breaker_state == "closed"
+    assert engine.consecutive_failures == 0
+
+
+async def test_a_failing_deterministic_strategy_never_counts_on_the_breaker() -> None:
+    engine = engine_with(
+        Exploding(name="buggy", uses_llm=False), window=3000, reserve_tokens=1000
+    )
+    result = await engine.project(agent_session(60, result_chars=400))
+    assert result.event is not None
+    assert result.event.steps[0].error is not None
     assert engine.consecutive_failures == 0
 
 
@@ -256,8 +296,8 @@ async def test_successful_overflow_recovery_closes_the_breaker() -> None:
         max_consecutive_failures=1,
     )
     messages = agent_session(60, result_chars=400)
-    with pytest.raises(CompactionError):
-        await engine.project(messages)
+    engine._strategies = (Exploding(),)
+    await engine.project(messages)
     assert engine.breaker_state == "open"
     engine._strategies = (ShrinkToolResults(),)
     recovered = await engine.recover_overflow(messages, "prompt is too long")
@@ -318,8 +358,7 @@ async def test_on_strategy_brackets_each_run_and_finish_runs_on_failure_too() ->
     engine = engine_with(
         ShrinkToolResults(), Exploding(), window=3000, reserve_tokens=1000, on_strategy=on_strategy
     )
-    with pytest.raises(CompactionError):
-        await engine.project(agent_session(120, result_chars=400))
+    await engine.project(agent_session(120, result_chars=400))
     assert log == ["start shrink", "end shrink", "start exploding", "end exploding"]
 
 
@@ -382,9 +421,23 @@ async def test_compact_without_a_force_strategy_changes_nothing() -> None:
 
 async def test_compact_failure_raises_but_does_not_count_toward_the_breaker() -> None:
     engine = engine_with(Exploding())
-    with pytest.raises(CompactionError, match="manual compaction failed"):
+    with pytest.raises(CompactionError, match="manual compaction wrote no checkpoint") as caught:
         await engine.compact(agent_session(3))
+    assert caught.value.commit is None
+    assert caught.value.strategy == "exploding"
     assert engine.consecutive_failures == 0
+
+
+async def test_a_failed_compact_still_hands_out_a_view_that_fits() -> None:
+    engine = engine_with(
+        Exploding(), ShrinkToolResults(), HardTruncate(), window=3000, reserve_tokens=1000
+    )
+    messages = agent_session(60, result_chars=400)
+    with pytest.raises(CompactionError) as caught:
+        await engine.compact(messages)
+    assert engine.estimate(caught.value.view).tokens <= engine.threshold
+    assert check_view(messages, caught.value.view) == []
+    assert caught.value.commit is None
 
 
 async def test_recover_overflow_shrinks_below_the_scaled_target_and_asks_to_commit() -> None:
@@ -453,7 +506,7 @@ async def test_sync_records_a_new_baseline() -> None:
     engine = engine_with(ShrinkToolResults())
     await engine.project(agent_session(40))
     fresh = agent_session(2)
-    engine.sync(fresh)
+    engine.reset(fresh)
     snap = engine.snapshot()
     assert snap is not None
     assert snap.scope == "baseline"
@@ -555,7 +608,7 @@ async def test_a_provider_that_bills_less_than_we_count_does_not_push_the_pipeli
 
 
 async def test_recover_overflow_aims_below_the_view_that_was_rejected() -> None:
-    from context_engine.strategies import HardTruncate, ToolResultMicrocompact
+    from context_engine.strategies import ToolResultMicrocompact
 
     engine = engine_with(ToolResultMicrocompact(keep_recent=1), HardTruncate(), window=20_000)
     messages = agent_session(60, result_chars=2000)
@@ -583,7 +636,7 @@ async def test_recovery_does_not_run_the_same_summary_twice() -> None:
     assert summary.calls == 1
 
 
-async def test_compaction_error_carries_a_paid_checkpoint_to_commit() -> None:
+async def test_a_checkpoint_paid_for_before_a_later_failure_is_committed() -> None:
     engine = engine_with(
         Checkpointer(uses_llm=False),
         Exploding(name="later", uses_llm=False),
@@ -591,12 +644,12 @@ async def test_compaction_error_carries_a_paid_checkpoint_to_commit() -> None:
         reserve_tokens=500,
     )
     messages = agent_session(120, result_chars=400, system="s " * 5000)
-    with pytest.raises(CompactionError) as caught:
-        await engine.project(messages)
-    error = caught.value
-    assert error.commit is not None
-    assert error.commit == error.view
-    assert any(m.is_summary for m in error.view)
+    result = await engine.project(messages)
+    assert result.event is not None
+    assert [s.name for s in result.event.steps if s.error] == ["later"]
+    assert result.commit is not None
+    assert result.commit == result.messages
+    assert any(m.is_summary for m in result.commit)
 
 
 async def test_projecting_the_same_anchored_transcript_twice_gives_the_same_view() -> None:
@@ -670,19 +723,24 @@ def test_bad_configuration_names_the_setting(options: dict[str, Any], problem: s
         ContextEngine(1000, strategies, **options)
 
 
-async def test_a_strategy_returning_garbage_fails_the_pipeline_cleanly() -> None:
+async def test_a_strategy_returning_garbage_is_recorded_and_its_view_ignored() -> None:
     from context_engine.strategies.base import StrategyResult
 
     class Garbage:
         name = "garbage"
+        uses_llm = False
 
         async def apply(self, transcript: Any, view: Any, budget: Any) -> Any:
             return StrategyResult(messages=[{"role": "user"}], applied=True)  # type: ignore[list-item]
 
     engine = engine_with(Garbage(), window=3000, reserve_tokens=1000)
-    with pytest.raises(CompactionError, match="garbage"):
-        await engine.project(agent_session(60, result_chars=400))
-    assert engine.consecutive_failures == 1
+    messages = agent_session(60, result_chars=400)
+    result = await engine.project(messages)
+    assert result.messages == tuple(messages)
+    assert result.event is not None
+    assert "garbage" in (result.event.steps[0].error or "")
+    assert "not a Message" in (result.event.steps[0].error or "")
+    assert engine.consecutive_failures == 0
 
 
 async def test_recover_overflow_reads_provider_errors_and_warns_on_unrelated_ones(

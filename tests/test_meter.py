@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from context_engine import Message, ToolCall
-from context_engine._meter import Meter, _shared_prefix, starts_with
+from context_engine.meter import Meter, _shared_prefix, starts_with
 from context_engine.structure import analyze
 from context_engine.testing import FixedTokenCounter
 from context_engine.tokens import REQUEST_OVERHEAD_TOKENS, UsageEstimate

@@ -46,6 +46,9 @@ class Budget:
             (``compact``) or ``overflow`` (``recover_overflow``).
         archiving: The engine keeps every original in an archive: placeholders,
             markers and checkpoints must name the references of what they replace.
+        max_user_share: The share of the threshold the newest user message
+            always keeps when a strategy must trim it, or None when it is never
+            trimmed (the engine's floor counts it the same way).
     """
 
     tokens: int
@@ -56,6 +59,7 @@ class Budget:
     overhead_tokens: int = 0
     reason: Literal["threshold", "manual", "overflow"] = "threshold"
     archiving: bool = False
+    max_user_share: float | None = 0.5
 
     @property
     def excess(self) -> int:
@@ -295,12 +299,11 @@ class Strategy(Protocol):
     """Rewrites a view to bring it under the budget's threshold.
 
     ``transcript`` is the full input of the call; ``view`` is what earlier
-    strategies produced from it. A strategy returns a new tuple and never
-    mutates either argument.
-
-    A strategy that calls a model should also have a ``uses_llm = True``
-    attribute: the engine then skips it when no rewrite can make the view fit
-    (futility) and does not retry it until the transcript has grown.
+    strategies produced from it. A strategy MUST return a new tuple (or
+    `StrategyResult.unchanged`) and MUST NOT mutate either argument; it SHOULD
+    return the same view for the same input, and running it again on its own
+    output SHOULD change nothing. It MAY raise: the engine records the error on
+    its step and runs the next strategy.
     """
 
     @property
@@ -308,6 +311,16 @@ class Strategy(Protocol):
         """Stable snake_case name used in events, spans, logs and ``commit_strategies``.
 
         A read-only property here so that frozen strategy classes satisfy the protocol.
+        """
+        ...
+
+    @property
+    def uses_llm(self) -> bool:
+        """Whether the strategy calls a model (it costs money and can fail).
+
+        The circuit breaker guards these strategies only; the engine also skips
+        them when no rewrite can make the view fit (futility) and does not retry
+        them until the transcript has grown. Deterministic strategies always run.
         """
         ...
 
@@ -329,7 +342,6 @@ class ForceCompactionStrategy(Strategy, Protocol):
     async def force_apply(
         self,
         transcript: Sequence[Message],
-        view: Sequence[Message],
         budget: Budget,
         *,
         instructions: str | None = None,

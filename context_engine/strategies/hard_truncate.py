@@ -42,7 +42,6 @@ from typing import Any, ClassVar
 import attrs
 import regex
 
-from context_engine.errors import ConfigurationError
 from context_engine.messages import Block, Message, TextBlock
 from context_engine.strategies.base import Budget, Removal, StrategyResult, archived_copy
 from context_engine.strategies.light_trim import trim_text
@@ -110,19 +109,6 @@ def is_truncation_marker(message: Message) -> bool:
     return message.role == "user" and isinstance(count, int) and not isinstance(count, bool)
 
 
-def _check_share(instance: object, attribute: attrs.Attribute[float], value: object) -> None:
-    if (
-        not isinstance(value, (int, float))
-        or isinstance(value, bool)
-        or not 0 < value <= 1
-    ):
-        raise ConfigurationError(
-            f"HardTruncate(max_user_share={value!r}) must be a number in (0, 1]: the share "
-            "of the threshold the newest user message always keeps when it has to be "
-            "trimmed; use 1.0 to trim it only when it alone exceeds the threshold"
-        )
-
-
 @attrs.frozen(kw_only=True)
 class HardTruncate:
     """Drop the oldest turns, then the oldest tool steps of the current turn, until the view fits.
@@ -132,12 +118,9 @@ class HardTruncate:
     user message is only changed when every droppable message is gone and the
     view still does not fit: its text is then cut to head and tail around a
     ``[N characters trimmed]`` marker, by what does not fit but never below
-    ``max_user_share`` of the threshold, and it carries ``TRIMMED_KEY``.
+    `Budget.max_user_share` of the threshold (the engine's ``max_user_share``
+    setting, so its floor and this strategy agree), and it carries ``TRIMMED_KEY``.
     """
-
-    max_user_share: float = attrs.field(default=0.5, validator=_check_share)
-    """Share of the threshold the newest user message keeps at least when it is trimmed;
-    a message within it is never trimmed."""
 
     name: ClassVar[str] = "hard_truncate"
     uses_llm: ClassVar[bool] = False
@@ -149,15 +132,15 @@ class HardTruncate:
         if budget.tokens <= budget.threshold:
             return StrategyResult.unchanged(view)
         tokens_before = budget.measure(view)
-        messages, removed, tokens_after = _truncate(
-            view, budget, self.max_user_share, tokens_before
-        )
+        messages, removed, tokens_after = _truncate(view, budget, tokens_before)
         if not removed or tokens_after >= tokens_before:
             # Nothing to drop, or a few tiny messages weigh less than the marker.
             return StrategyResult.unchanged(view)
         logger.debug(
             "strategy=<%s> tokens=<%s> dropped=<%s> | rewrite applied",
-            self.name, tokens_after, sum(len(r.originals) for r in removed),
+            self.name,
+            tokens_after,
+            sum(len(r.originals) for r in removed),
         )
         return StrategyResult(
             messages=messages,
@@ -168,19 +151,20 @@ class HardTruncate:
 
 
 def truncate_view(
-    view: Sequence[Message], budget: Budget, *, max_user_share: float
+    view: Sequence[Message], budget: Budget
 ) -> tuple[tuple[Message, ...], tuple[Message, ...]]:
     """Truncate ``view`` until it fits ``budget.threshold`` or only protected messages are left.
 
     Droppable units go oldest first; the newest user message is trimmed only
     when all of them are gone and the view still does not fit, and then only by
-    what does not fit, never below ``max_user_share`` of the threshold.
+    what does not fit, never below `Budget.max_user_share` of the threshold
+    (never, when that is None).
 
     Returns:
         The new view and the originals it removed or shortened, in view order
         (both equal to ``(view, ())`` when nothing changed).
     """
-    messages, removed, _ = _truncate(view, budget, max_user_share, budget.tokens)
+    messages, removed, _ = _truncate(view, budget, budget.tokens)
     return messages, tuple(m for removal in removed for m in removal.originals)
 
 
@@ -235,13 +219,14 @@ class _Cut:
 
 
 def _truncate(
-    view: Sequence[Message], budget: Budget, max_user_share: float, tokens: int
+    view: Sequence[Message], budget: Budget, tokens: int
 ) -> tuple[tuple[Message, ...], tuple[Removal, ...], int]:
     """`truncate_view` of a view of ``tokens`` tokens, also returning the new view's measure."""
     cut = _Cut.of(view, budget.archiving)
     (messages, replaced), tokens = _drop_units(cut, budget, tokens)
-    if tokens > budget.threshold and cut.user_index >= 0:
-        share_floor = int(max_user_share * budget.threshold)
+    share = budget.max_user_share
+    if tokens > budget.threshold and cut.user_index >= 0 and share is not None:
+        share_floor = int(share * budget.threshold)
         trimmed = _trim_newest(cut, budget, tokens, share_floor)
         if trimmed is not None:
             (messages, replaced), tokens = trimmed
@@ -321,9 +306,7 @@ def _droppable_start(view: Sequence[Message], shape: Shape) -> tuple[int, int]:
     return slot, slot
 
 
-def _drop_order(
-    view: Sequence[Message], shape: Shape, start: int, user_index: int
-) -> list[range]:
+def _drop_order(view: Sequence[Message], shape: Shape, start: int, user_index: int) -> list[range]:
     """Droppable units, oldest first: whole earlier turns, then the current turn's steps."""
     units: list[range] = []
     inner = start

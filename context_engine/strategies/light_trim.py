@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Sequence
 from functools import partial
+from typing import ClassVar
 
 import attrs
 
@@ -109,6 +110,7 @@ class LightTrim:
     same view plus new messages for many calls, so the prompt prefix stays cacheable,
     as `ToolResultMicrocompact.clearing_step` does for tool results."""
     name: str = attrs.field(default="light_trim", init=False)
+    uses_llm: ClassVar[bool] = False
     """The strategy's name in events, spans and logs."""
 
     def __attrs_post_init__(self) -> None:

@@ -16,7 +16,7 @@ import functools
 import json
 import logging
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any, TypeAlias
+from typing import Any, ClassVar, TypeAlias
 
 import attrs
 
@@ -189,6 +189,7 @@ class ToolResultMicrocompact:
     clock: Callable[[], _dt.datetime] = attrs.field(default=_utcnow, validator=_callable)
     """Returns the current time; naive datetimes (here and in timestamps) are taken as UTC."""
     name: str = attrs.field(default="tool_result_microcompact", init=False)
+    uses_llm: ClassVar[bool] = False
     """The strategy's name in events, spans and logs."""
 
     async def apply(

@@ -135,7 +135,6 @@ class SessionMemory:
     async def force_apply(
         self,
         transcript: Sequence[Message],
-        view: Sequence[Message],
         budget: Budget,
         *,
         instructions: str | None = None,
@@ -145,10 +144,10 @@ class SessionMemory:
         ``instructions`` are ignored: the memory is written by the caller, not
         by this strategy. A caller who wants them honoured should fold them
         into the memory before calling ``compact``, or rely on `FullSummary`.
-        When nothing is compacted, ``view`` is handed on unchanged.
+        When nothing is compacted, ``transcript`` is handed on unchanged.
         """
         return await self._compact(
-            transcript, budget, budget.measure(transcript), unchanged=view
+            transcript, budget, budget.measure(transcript), unchanged=transcript
         )
 
     async def _compact(

@@ -118,7 +118,6 @@ class FullSummary:
     async def force_apply(
         self,
         transcript: Sequence[Message],
-        view: Sequence[Message],
         budget: Budget,
         *,
         instructions: str | None = None,

@@ -441,7 +441,7 @@ async def test_cancelling_mid_summary_leaves_the_engine_as_it_was(operation: str
     finished: list[str] = []
     engine = summary_engine(summarizer, on_strategy=lambda name: lambda: finished.append(name))
     transcript = turns(30)
-    engine.sync(transcript)  # a remembered baseline
+    engine.reset(transcript)  # a remembered baseline
     before = (engine.snapshot(), engine.usage, engine.consecutive_failures, engine.breaker_state)
     summarizer.mode = "wait"
     arguments: tuple[Any, ...] = (

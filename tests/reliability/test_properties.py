@@ -182,7 +182,7 @@ def replay(config: dict[str, Any], chunks: list[list[Message]], actions: list[st
                 result = engine.recover_overflow_sync(held, "context_length_exceeded")
                 commit = result.commit
             else:
-                engine.sync(held)
+                engine.reset(held)
                 views.append("synced")
                 continue
         except CompactionError as error:

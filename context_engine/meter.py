@@ -16,8 +16,7 @@ from itertools import accumulate, compress, islice
 
 import attrs
 
-from context_engine._pipeline import PipelineOutcome
-from context_engine.messages import Message
+from context_engine.messages import Message, TextBlock
 from context_engine.structure import CLEARED_KEY, TRIMMED_KEY, TRUNCATION_KEY, analyze
 from context_engine.tokens import (
     REQUEST_OVERHEAD_TOKENS,
@@ -110,6 +109,10 @@ def _rewritten(message: Message) -> bool:
     return bool(metadata) and any(key in metadata for key in _REWRITE_KEYS)
 
 
+def _has_text(message: Message) -> bool:
+    return any(isinstance(block, TextBlock) for block in message.content)
+
+
 @attrs.frozen
 class Seen:
     """What the engine saw and returned on its last call."""
@@ -127,13 +130,10 @@ class Meter:
     Attributes:
         counter: Counts single messages.
         overhead_tokens: Fixed prompt parts sent with every call.
-        max_user_share: Share of the threshold the newest user message may be
-            trimmed down to (from the pipeline's `HardTruncate`, if any).
     """
 
     counter: TokenCounter
     overhead_tokens: int = 0
-    max_user_share: float | None = None
     # The last input measured, its prefix sums and usage index: an agent loop
     # appends to the same list, so the next call only counts what is new.
     _memo: tuple[tuple[Message, ...], list[int], int] = attrs.field(
@@ -279,26 +279,33 @@ class Meter:
         return measure
 
     def estimate_outcome(
-        self, transcript: tuple[Message, ...], estimate: UsageEstimate, outcome: PipelineOutcome
+        self,
+        transcript: tuple[Message, ...],
+        estimate: UsageEstimate,
+        view: tuple[Message, ...],
+        tokens: int,
     ) -> UsageEstimate:
-        """The estimate of a pipeline's view, split like the transcript's where it can be."""
-        if not outcome.changed:
+        """The estimate of ``view`` (measured at ``tokens``), split like the transcript's."""
+        if view is transcript:
             return estimate
-        tokens = outcome.tokens
         index = estimate.last_usage_index
-        if index >= 0 and _same_prefix(outcome.view, transcript, index + 1):
+        if index >= 0 and _same_prefix(view, transcript, index + 1):
             usage = min(estimate.usage_tokens, tokens)
             return UsageEstimate(tokens, usage, tokens - usage, index)
         return UsageEstimate(tokens, 0, tokens, -1)
 
     def floor_tokens(
-        self, view: tuple[Message, ...], estimate: UsageEstimate, threshold: int
+        self,
+        view: tuple[Message, ...],
+        estimate: UsageEstimate,
+        threshold: int,
+        max_user_share: float | None = None,
     ) -> int:
         """Tokens no strategy can remove: leading block, newest user message, protected tail.
 
-        Measured on the scale of ``estimate`` (the view's own). The newest user
-        message counts only up to the share of the threshold it may be trimmed
-        to, when the pipeline can trim it.
+        Measured on the scale of ``estimate`` (the view's own). With
+        ``max_user_share`` (the pipeline can trim the newest user message), that
+        message counts only up to that share of the threshold.
         """
         shape = analyze(view)
         count = self.counter.count_message
@@ -309,8 +316,9 @@ class Meter:
             tokens = count(view[last])
             if last >= shape.tail_start:
                 total -= tokens  # counted with the tail; added back below, capped
-            if self.max_user_share is not None:
-                tokens = min(tokens, int(self.max_user_share * threshold))
+            # Only text can be trimmed: an image-only message counts whole.
+            if max_user_share is not None and _has_text(view[last]):
+                tokens = min(tokens, int(max_user_share * threshold))
             total += tokens
         correction = estimate.tokens - self.counts(view)[0][-1] - REQUEST_OVERHEAD_TOKENS
         return max(0, total + REQUEST_OVERHEAD_TOKENS + correction)

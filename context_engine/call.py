@@ -1,0 +1,311 @@
+"""One call's facts, built once, and its one exit: an `Outcome` becomes a result.
+
+The engine builds a `Call` from its configuration and the caller's messages,
+runs the pipeline against it, and hands the outcome to `finish`, which
+remembers the view in the `Session`, settles the breaker, reports the
+rewrite (event, hook, log, metrics) and returns the result, or raises when a
+manual ``/compact`` could not write a checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, Literal
+
+import attrs
+
+from context_engine._aio import call_hook
+from context_engine.errors import CompactionError
+from context_engine.events import ContextUsage, RewriteEvent, RewriteReason, Scope
+from context_engine.messages import Message
+from context_engine.meter import Meter
+from context_engine.pipeline import Outcome
+from context_engine.results import CompactResult, Projection, RecoveryResult
+from context_engine.session import Remembered, Session
+from context_engine.strategies.base import Budget, Strategy
+from context_engine.telemetry import Telemetry
+from context_engine.tokens import UsageEstimate
+
+__all__ = ["Call", "Hooks", "Operation", "finish"]
+
+logger = logging.getLogger("context_engine.engine")
+
+Operation = Literal["project", "compact", "recover_overflow"]
+Hook = Callable[[RewriteEvent], Any]
+
+
+@attrs.frozen
+class Hooks:
+    """The caller's hooks, read from the engine when the call starts."""
+
+    on_project: Hook | None = None
+    on_recover: Hook | None = None
+    on_compact: Hook | None = None
+    on_strategy: Callable[[str], Any] | None = None
+
+    def for_operation(self, operation: Operation) -> Hook | None:
+        """The hook fired with the event of ``operation``."""
+        if operation == "project":
+            return self.on_project
+        return self.on_compact if operation == "compact" else self.on_recover
+
+
+@attrs.frozen(kw_only=True)
+class Call:
+    """Everything one call of `ContextEngine` knows, fixed when it starts.
+
+    Attributes:
+        operation: ``project``, ``compact`` or ``recover_overflow``.
+        reason: Why strategies run (``circuit_breaker`` when the open breaker
+            keeps the LLM strategies out of this `project`).
+        transcript: The caller's messages, as a tuple.
+        estimate: The transcript's estimate.
+        budget: What the strategies work against (its threshold is the target).
+        floor: Tokens no strategy may remove, on the estimate's scale.
+        llm_blocked: Why LLM strategies may not run: None when they may, ``""``
+            when they are left out silently (the view cannot fit, or the
+            transcript has not grown since they last failed to fit it), or the
+            reason recorded on their steps (the breaker is open).
+        failures: The breaker's count when the call started.
+        window: The model's window.
+        limit: The engine's threshold (``budget.threshold`` is lower in a recovery).
+        commit_strategies: Names whose rewrite the caller should commit.
+        archiving: The engine keeps originals in an archive.
+    """
+
+    operation: Operation
+    reason: RewriteReason
+    transcript: tuple[Message, ...] = attrs.field(repr=False)
+    estimate: UsageEstimate
+    budget: Budget
+    floor: int
+    llm_blocked: str | None
+    failures: int
+    window: int
+    limit: int
+    commit_strategies: frozenset[str]
+    archiving: bool
+
+    @property
+    def threshold(self) -> int:
+        """The tokens the view must end at or under."""
+        return self.budget.threshold
+
+    @property
+    def futile(self) -> bool:
+        """The floor alone is above the threshold: no rewrite can make the view fit."""
+        return self.floor > self.threshold
+
+    @property
+    def fits(self) -> bool:
+        """The transcript already fits."""
+        return self.estimate.tokens <= self.threshold
+
+    def llm_refusal(self, strategy: Strategy) -> str | None:
+        """None when ``strategy`` may run; else why not (``""``: without a record)."""
+        return self.llm_blocked if strategy.uses_llm else None
+
+    def unchanged(self) -> Outcome:
+        """The outcome of a call that rewrote nothing."""
+        return Outcome(view=self.transcript, tokens=self.estimate.tokens)
+
+
+@attrs.frozen
+class Desk:
+    """What `finish` works with besides the call: the engine's parts, not the engine."""
+
+    session: Session
+    meter: Meter
+    telemetry: Telemetry
+    hooks: Hooks
+
+
+async def finish(
+    call: Call, outcome: Outcome, desk: Desk
+) -> Projection | CompactResult | RecoveryResult:
+    """Turn ``outcome`` into the call's result: the one way out of every public call.
+
+    Raises:
+        CompactionError: a manual ``compact`` wrote no checkpoint because a
+            strategy failed; ``.view`` fits whenever the floor does.
+    """
+    if call.operation == "compact" and outcome.forced_failed is not None:
+        raise _compact_failed(call, outcome, outcome.forced_failed)
+    commit = _commit(call, outcome)
+    _settle_breaker(call, outcome, desk)
+    view_estimate = desk.meter.estimate_outcome(
+        call.transcript, call.estimate, outcome.view, outcome.tokens
+    )
+    usage = _remember(call, outcome, view_estimate, commit, desk)
+    for step in outcome.steps:
+        if step.applied:
+            saved = step.tokens_before - step.tokens_after
+            desk.telemetry.rewrite(step.name, _metric_reason(call), saved)
+    event = None
+    if not outcome.reused and _worth_an_event(call, outcome, usage):
+        event = _event(call, outcome, usage, commit, desk.session)
+        _log(event)
+        label = "on_recover" if call.operation == "recover_overflow" else f"on_{call.operation}"
+        await call_hook(label, desk.hooks.for_operation(call.operation), event)
+    fields: dict[str, Any] = {
+        "messages": outcome.view,
+        "usage": usage,
+        "changed": outcome.changed,
+        "strategy": outcome.last_applied
+        or ("circuit_breaker" if call.reason == "circuit_breaker" else None),
+        "event": event,
+        "commit": commit,
+    }
+    if call.operation == "project":
+        return Projection(**fields)
+    if call.operation == "compact":
+        return CompactResult(**fields, info=outcome.info)
+    return RecoveryResult(**fields, info=outcome.info)
+
+
+def _metric_reason(call: Call) -> str:
+    return "threshold" if call.reason == "circuit_breaker" else call.reason
+
+
+def _commit(call: Call, outcome: Outcome) -> tuple[Message, ...] | None:
+    """What the caller should keep: never a view whose originals the archive did not take."""
+    if outcome.unarchived is not None or outcome.reused or not outcome.changed:
+        return None
+    if call.operation == "project":
+        return outcome.view_after_last(call.commit_strategies)
+    return outcome.view
+
+
+def _settle_breaker(call: Call, outcome: Outcome, desk: Desk) -> None:
+    """Count the call once on the breaker, and note a stall of the LLM strategies."""
+    session, breaker = desk.session, desk.session.breaker
+    if call.operation == "project":
+        if outcome.llm_failed:
+            if breaker.record_failure():
+                desk.telemetry.breaker_moved(opened=True)
+        elif outcome.llm_applied and not outcome.reused:
+            _close(desk)
+        if call.llm_blocked is None and not outcome.llm_failed and outcome.tokens > call.threshold:
+            session.stalled_at = call.estimate.tokens
+    elif call.operation == "recover_overflow" and outcome.changed:
+        _close(desk)
+
+
+def _close(desk: Desk) -> None:
+    breaker = desk.session.breaker
+    if breaker.state == "open":
+        desk.telemetry.breaker_moved(opened=False)
+    breaker.record_success()
+
+
+def _remember(
+    call: Call,
+    outcome: Outcome,
+    view_estimate: UsageEstimate,
+    commit: tuple[Message, ...] | None,
+    desk: Desk,
+) -> ContextUsage:
+    """Make the call's view the session's last view (a forced no-op leaves it); return its usage."""
+    scope: Scope | None
+    if outcome.changed:
+        if call.operation == "project":
+            scope = "committed" if commit is not None else "projected"
+        else:
+            scope = "committed" if call.operation == "compact" else "recovered"
+    elif call.operation == "project":
+        scope = "skipped" if call.reason == "circuit_breaker" else "baseline"
+    else:
+        scope = None
+    stable, reused = desk.session.prefix(desk.meter, outcome.view)
+    if scope is not None:
+        desk.session.remember(
+            Remembered(
+                scope,
+                outcome.view,
+                view_estimate,
+                outcome if outcome.changed else None,
+                call.transcript,
+                call.estimate,
+                stable,
+                reused,
+            )
+        )
+    return usage_of(view_estimate, call, stable, reused)
+
+
+def usage_of(
+    estimate: UsageEstimate, call: Call, stable: bool | None = None, reused: int = 0
+) -> ContextUsage:
+    """The `ContextUsage` of a view estimated at ``estimate`` in ``call``."""
+    return ContextUsage(
+        tokens=estimate.tokens,
+        context_window=call.window,
+        threshold=call.limit,
+        usage_tokens=estimate.usage_tokens,
+        trailing_tokens=estimate.trailing_tokens,
+        prefix_stable=stable,
+        prefix_reused_tokens=reused,
+    )
+
+
+def _worth_an_event(call: Call, outcome: Outcome, usage: ContextUsage) -> bool:
+    """A rewrite, and also a call the caller must hear about: futile, failed, or open breaker."""
+    if outcome.changed or call.futile or outcome.errors:
+        return True
+    return call.operation == "project" and (not usage.fits or call.reason == "circuit_breaker")
+
+
+def _event(
+    call: Call,
+    outcome: Outcome,
+    usage: ContextUsage,
+    commit: tuple[Message, ...] | None,
+    session: Session,
+) -> RewriteEvent:
+    breaker_skip = call.reason == "circuit_breaker"
+    return RewriteEvent(
+        reason=call.reason,
+        strategy=outcome.last_applied or ("circuit_breaker" if breaker_skip else "none"),
+        changed=outcome.changed,
+        committed=commit is not None,
+        tokens_before=call.estimate.tokens,
+        tokens_after=outcome.tokens,
+        info=outcome.info,
+        steps=outcome.steps,
+        view=outcome.view,
+        failures=call.failures if breaker_skip else session.breaker.failures,
+        futile=call.futile,
+        floor_tokens=call.floor if call.futile else 0,
+        prefix_stable=usage.prefix_stable,
+        prefix_reused_tokens=usage.prefix_reused_tokens,
+        references=outcome.references if call.archiving and outcome.unarchived is None else (),
+    )
+
+
+def _log(event: RewriteEvent) -> None:
+    errors = [f"{step.name}: {step.error}" for step in event.steps if step.error]
+    log = logger.warning if errors else logger.info
+    log(
+        "strategy=<%s> reason=<%s> tokens_before=<%d> tokens_after=<%d> committed=<%s> "
+        "futile=<%s> failures=<%d> errors=<%s> | view rewritten",
+        event.strategy,
+        event.reason,
+        event.tokens_before,
+        event.tokens_after,
+        event.committed,
+        event.futile,
+        event.failures,
+        "; ".join(errors) or "none",
+    )
+
+
+def _compact_failed(call: Call, outcome: Outcome, name: str) -> CompactionError:
+    step = next(step for step in outcome.steps if step.name == name and step.error)
+    return CompactionError(
+        f"manual compaction wrote no checkpoint: {step.name} failed ({step.error}); "
+        ".view is the transcript as it stands, and nothing needs committing",
+        view=outcome.view,
+        strategy=step.name,
+        failures=0,
+    )

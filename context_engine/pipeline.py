@@ -1,0 +1,280 @@
+"""Runs strategies in order against one `Call` and records each step.
+
+A strategy that raises does not stop the run: its step records the error and
+the next strategy runs, so a summarizer outage still ends in a view that fits
+(the deterministic strategies come after it). Whether a failure counts on the
+circuit breaker is the caller's decision, made once per call from
+`Outcome.llm_failed`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from context_engine._aio import call_hook
+from context_engine.events import RewriteStep, SummaryInfo
+from context_engine.messages import Message
+from context_engine.strategies.base import (
+    Budget,
+    ForceCompactionStrategy,
+    Removal,
+    Strategy,
+    StrategyResult,
+)
+from context_engine.telemetry import current_telemetry, set_attributes
+
+if TYPE_CHECKING:
+    from context_engine.call import Call
+
+__all__ = ["BREAKER_OPEN", "Outcome", "run_forced", "run_pipeline"]
+
+BREAKER_OPEN = "circuit breaker open"
+"""The error recorded on the step of an LLM strategy the open breaker skipped."""
+
+
+@attrs.frozen
+class Outcome:
+    """What a pipeline run produced."""
+
+    view: tuple[Message, ...]
+    tokens: int
+    steps: tuple[RewriteStep, ...] = ()
+    applied: tuple[str, ...] = ()
+    info: SummaryInfo | None = None
+    removed: tuple[Removal, ...] = ()
+    """What the applied strategies removed, one `Removal` per reference, in run order."""
+    views: tuple[tuple[Message, ...], ...] = ()
+    """The view after each applied strategy, in the order of ``applied``."""
+    llm_failed: bool = False
+    """An LLM strategy raised during the run (the breaker counts it once)."""
+    llm_applied: bool = False
+    """An LLM strategy rewrote the view (a success for the breaker)."""
+    forced_failed: str | None = None
+    """`run_forced` found no strategy that applied and this one raised."""
+    unarchived: str | None = None
+    """Why the archive did not take the originals this view removed (nothing to commit)."""
+    reused: bool = False
+    """The last view plus new messages: no strategy ran, nothing to commit or report."""
+
+    @property
+    def changed(self) -> bool:
+        """Whether any strategy rewrote the view."""
+        return bool(self.applied)
+
+    @property
+    def last_applied(self) -> str | None:
+        """The last strategy that applied, or None."""
+        return self.applied[-1] if self.applied else None
+
+    @property
+    def references(self) -> tuple[str, ...]:
+        """The references of ``removed``, each once."""
+        return tuple(dict.fromkeys(removal.reference for removal in self.removed))
+
+    @property
+    def errors(self) -> bool:
+        """Whether a step recorded an error."""
+        return any(step.error for step in self.steps)
+
+    def view_after_last(self, names: frozenset[str]) -> tuple[Message, ...] | None:
+        """The view right after the last applied strategy named in ``names``, if any.
+
+        That is what a caller may commit: strategies that ran after it (a last
+        resort truncation) shaped this call's view only, and committing their
+        cuts would lose messages no checkpoint covers.
+        """
+        for name, view in zip(reversed(self.applied), reversed(self.views), strict=True):
+            if name in names:
+                return view
+        return None
+
+    def then(self, other: Outcome) -> Outcome:
+        """This run followed by ``other`` (which started from this run's view), as one."""
+        return Outcome(
+            view=other.view,
+            tokens=other.tokens,
+            steps=self.steps + other.steps,
+            applied=self.applied + other.applied,
+            info=other.info or self.info,
+            removed=self.removed + other.removed,
+            views=self.views + other.views,
+            llm_failed=self.llm_failed or other.llm_failed,
+            llm_applied=self.llm_applied or other.llm_applied,
+            forced_failed=self.forced_failed or other.forced_failed,
+            unarchived=self.unarchived or other.unarchived,
+        )
+
+
+@attrs.define
+class _Run:
+    view: tuple[Message, ...]
+    budget: Budget
+    on_strategy: Callable[[str], Any] | None
+    steps: list[RewriteStep] = attrs.field(factory=list)
+    applied: list[str] = attrs.field(factory=list)
+    info: SummaryInfo | None = None
+    removed: list[Removal] = attrs.field(factory=list)
+    views: list[tuple[Message, ...]] = attrs.field(factory=list)
+    llm_failed: bool = False
+    llm_applied: bool = False
+
+    def outcome(self) -> Outcome:
+        return Outcome(
+            view=self.view,
+            tokens=self.budget.tokens,
+            steps=tuple(self.steps),
+            applied=tuple(self.applied),
+            info=self.info,
+            removed=tuple(self.removed),
+            views=tuple(self.views),
+            llm_failed=self.llm_failed,
+            llm_applied=self.llm_applied,
+        )
+
+    def skip(self, strategy: Strategy, error: str) -> None:
+        """Record a strategy that was not run, and why."""
+        tokens = self.budget.tokens
+        self.steps.append(
+            RewriteStep(
+                name=strategy.name,
+                applied=False,
+                tokens_before=tokens,
+                tokens_after=tokens,
+                duration=0.0,
+                error=error,
+            )
+        )
+
+    async def step(self, strategy: Strategy, call: Callable[[], Awaitable[StrategyResult]]) -> bool:
+        """Run one strategy; fold its result into the run; return whether it applied."""
+        name = strategy.name
+        finish = await call_hook("on_strategy", self.on_strategy, name)
+        before = self.budget.tokens
+        started = time.perf_counter()
+        telemetry = current_telemetry()
+        scope = telemetry.strategy(name, before) if telemetry else contextlib.nullcontext()
+        try:
+            with scope as span:
+                result = await call()
+                after = _checked(name, result, self.budget)
+                set_attributes(
+                    span,
+                    {
+                        "context_engine.strategy.applied": result.applied,
+                        "context_engine.tokens_after": after,
+                        "context_engine.strategy.error": result.error,
+                    },
+                )
+        except Exception as exc:
+            self.llm_failed = self.llm_failed or strategy.uses_llm
+            error = f"{type(exc).__name__}: {exc}"
+            self.steps.append(
+                RewriteStep(
+                    name=name,
+                    applied=False,
+                    tokens_before=before,
+                    tokens_after=before,
+                    duration=time.perf_counter() - started,
+                    error=error,
+                )
+            )
+            return False
+        finally:
+            if callable(finish):
+                await call_hook("on_strategy finish", finish)
+        if result.applied:
+            self.view = result.messages
+            self.budget = self.budget.with_tokens(after)
+            self.applied.append(name)
+            self.llm_applied = self.llm_applied or strategy.uses_llm
+            self.views.append(self.view)
+            self.removed.extend(result.removed)
+            if result.info is not None:
+                self.info = result.info
+        duration = time.perf_counter() - started
+        self.steps.append(
+            RewriteStep(
+                name=name,
+                applied=result.applied,
+                tokens_before=before,
+                tokens_after=after,
+                duration=duration,
+                error=result.error,
+            )
+        )
+        return result.applied
+
+
+def _checked(name: str, result: object, budget: Budget) -> int:
+    """Validate a strategy's result; return the measured tokens of its view."""
+    if not isinstance(result, StrategyResult):
+        raise TypeError(
+            f"strategy {name!r} returned {type(result).__name__}, expected StrategyResult"
+        )
+    if not result.applied:
+        return budget.tokens
+    # One C-speed pass over the types; the per-item loop only runs to name a culprit.
+    if not all(issubclass(kind, Message) for kind in set(map(type, result.messages))):
+        for index, message in enumerate(result.messages):
+            if not isinstance(message, Message):
+                raise TypeError(
+                    f"strategy {name!r} returned a view whose item {index} is a "
+                    f"{type(message).__name__}, not a Message"
+                )
+    return budget.measure(result.messages)
+
+
+async def run_pipeline(
+    call: Call,
+    strategies: Sequence[Strategy],
+    view: tuple[Message, ...],
+    budget: Budget,
+    on_strategy: Callable[[str], Any] | None,
+) -> Outcome:
+    """Run ``strategies`` in order from ``view`` while it is above the budget's threshold.
+
+    An LLM strategy the call does not allow (`Call.llm_refusal`) is recorded
+    as a skipped step with the reason; the others always run.
+    """
+    run = _Run(view=view, budget=budget, on_strategy=on_strategy)
+    for strategy in strategies:
+        if run.budget.tokens <= run.budget.threshold:
+            break
+        refusal = call.llm_refusal(strategy)
+        if refusal is not None:
+            if refusal:
+                run.skip(strategy, refusal)
+            continue
+        await run.step(strategy, partial(strategy.apply, call.transcript, run.view, run.budget))
+    return run.outcome()
+
+
+async def run_forced(
+    call: Call,
+    strategies: Sequence[Strategy],
+    on_strategy: Callable[[str], Any] | None,
+    instructions: str | None,
+) -> Outcome:
+    """Run the force-capable strategies on the full transcript; the first that applies wins."""
+    run = _Run(view=call.transcript, budget=call.budget, on_strategy=on_strategy)
+    for strategy in strategies:
+        if not isinstance(strategy, ForceCompactionStrategy):
+            continue
+        refusal = call.llm_refusal(strategy)
+        if refusal is not None:
+            if refusal:
+                run.skip(strategy, refusal)
+            continue
+        force = partial(
+            strategy.force_apply, call.transcript, call.budget, instructions=instructions
+        )
+        if await run.step(strategy, force):
+            return run.outcome()
+    failed = next((step.name for step in run.steps if step.error), None)
+    return attrs.evolve(run.outcome(), forced_failed=failed)
