@@ -42,7 +42,7 @@ from typing import Any, ClassVar
 import attrs
 import regex
 
-from context_engine.errors import ConfigurationError
+from context_engine._validate import is_int, share
 from context_engine.messages import Block, Message, TextBlock
 from context_engine.strategies.base import Budget, Removal, StrategyResult, archived_copy
 from context_engine.strategies.light_trim import trim_text
@@ -107,20 +107,7 @@ def truncation_marker(count: int, references: Sequence[str] = ()) -> Message:
 def is_truncation_marker(message: Message) -> bool:
     """Whether ``message`` is a marker `HardTruncate` left."""
     count = message.metadata.get(TRUNCATION_KEY)
-    return message.role == "user" and isinstance(count, int) and not isinstance(count, bool)
-
-
-def _check_share(instance: object, attribute: attrs.Attribute[float], value: object) -> None:
-    if (
-        not isinstance(value, (int, float))
-        or isinstance(value, bool)
-        or not 0 < value <= 1
-    ):
-        raise ConfigurationError(
-            f"HardTruncate(max_user_share={value!r}) must be a number in (0, 1]: the share "
-            "of the threshold the newest user message always keeps when it has to be "
-            "trimmed; use 1.0 to trim it only when it alone exceeds the threshold"
-        )
+    return message.role == "user" and is_int(count)
 
 
 @attrs.frozen(kw_only=True)
@@ -135,7 +122,14 @@ class HardTruncate:
     ``max_user_share`` of the threshold, and it carries ``TRIMMED_KEY``.
     """
 
-    max_user_share: float = attrs.field(default=0.5, validator=_check_share)
+    max_user_share: float = attrs.field(
+        default=0.5,
+        validator=share(
+            exclusive_minimum=True,
+            fix="it is the share of the threshold the newest user message always keeps when "
+            "it has to be trimmed; use 1.0 to trim it only when it alone exceeds the threshold",
+        ),
+    )
     """Share of the threshold the newest user message keeps at least when it is trimmed;
     a message within it is never trimmed."""
 
@@ -157,7 +151,9 @@ class HardTruncate:
             return StrategyResult.unchanged(view)
         logger.debug(
             "strategy=<%s> tokens=<%s> dropped=<%s> | rewrite applied",
-            self.name, tokens_after, sum(len(r.originals) for r in removed),
+            self.name,
+            tokens_after,
+            sum(len(r.originals) for r in removed),
         )
         return StrategyResult(
             messages=messages,
@@ -321,9 +317,7 @@ def _droppable_start(view: Sequence[Message], shape: Shape) -> tuple[int, int]:
     return slot, slot
 
 
-def _drop_order(
-    view: Sequence[Message], shape: Shape, start: int, user_index: int
-) -> list[range]:
+def _drop_order(view: Sequence[Message], shape: Shape, start: int, user_index: int) -> list[range]:
     """Droppable units, oldest first: whole earlier turns, then the current turn's steps."""
     units: list[range] = []
     inner = start
