@@ -23,6 +23,8 @@ from typing import Any
 
 os.environ.setdefault("CONTEXT_ENGINE_OFFLINE", "1")
 
+from opentelemetry.trace import INVALID_SPAN, Span
+
 from context_engine import ContextEngine, Message
 from context_engine.testing import synthetic_session
 
@@ -33,8 +35,8 @@ class CompiledOut:
     """A telemetry stand-in with the same methods that does nothing at all."""
 
     @contextlib.contextmanager
-    def operation(self, name: str, attributes: dict[str, Any]) -> Iterator[None]:
-        yield None
+    def operation(self, name: str, attributes: dict[str, Any]) -> Iterator[Span]:
+        yield INVALID_SPAN  # the same non-recording span the real telemetry hands out
 
     def rewrite(self, *args: Any) -> None:
         return None

@@ -21,28 +21,11 @@ from typing import Literal, TypeAlias
 
 import attrs
 
-from context_engine.errors import ConfigurationError
+from context_engine._validate import non_negative_seconds, positive_int
 
 __all__ = ["BreakerState", "CircuitBreaker"]
 
 BreakerState: TypeAlias = Literal["closed", "open", "half_open"]
-
-
-def _at_least(minimum: int) -> Callable[[object, attrs.Attribute[int], int], None]:
-    def check(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
-        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-            raise ConfigurationError(f"{attribute.name} must be an int >= {minimum}, got {value!r}")
-
-    return check
-
-
-def _non_negative_seconds(
-    instance: object, attribute: attrs.Attribute[float], value: float
-) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-        raise ConfigurationError(
-            f"{attribute.name} must be a number of seconds >= 0, got {value!r}"
-        )
 
 
 @attrs.define
@@ -59,9 +42,9 @@ class CircuitBreaker:
         failures: The current consecutive failure count.
     """
 
-    max_failures: int = attrs.field(default=3, validator=_at_least(1))
-    cooldown_calls: int = attrs.field(default=1, validator=_at_least(1))
-    cooldown_seconds: float = attrs.field(default=0.0, validator=_non_negative_seconds)
+    max_failures: int = attrs.field(default=3, validator=positive_int())
+    cooldown_calls: int = attrs.field(default=1, validator=positive_int())
+    cooldown_seconds: float = attrs.field(default=0.0, validator=non_negative_seconds())
     clock: Callable[[], float] = attrs.field(default=time.monotonic, repr=False)
     failures: int = attrs.field(default=0, init=False)
     _half_open: bool = attrs.field(default=False, init=False)

@@ -658,7 +658,7 @@ def _reason(operation: Operation) -> RewriteReason:
 
 
 def _span_end(span: Any, result: Projection | CompactResult, breaker: CircuitBreaker) -> None:
-    if span is None:
+    if not span.is_recording():
         return
     event = result.event
     set_attributes(

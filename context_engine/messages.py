@@ -16,6 +16,7 @@ from typing import Any, Literal, TypeAlias
 import attrs
 import regex
 
+from context_engine._validate import is_int
 from context_engine.errors import InvalidMessageError
 
 __all__ = [
@@ -121,7 +122,7 @@ _BLOCK_TYPES = (TextBlock, ThinkingBlock, ToolCall, ImageBlock)
 
 
 def _non_negative_int(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+    if not is_int(value) or value < 0:
         raise InvalidMessageError(
             f"{type(instance).__name__}.{attribute.name} must be a non-negative int, got {value!r}"
         )
@@ -353,9 +354,7 @@ def _render_summary(summary: ContextSummary) -> tuple[Block, ...]:
 
 def _to_str_tuple(value: Iterable[str]) -> tuple[str, ...]:
     if isinstance(value, str):
-        raise InvalidMessageError(
-            "file lists and references must be sequences of str, not one str"
-        )
+        raise InvalidMessageError("file lists and references must be sequences of str, not one str")
     paths = tuple(value)
     for path in paths:
         if not isinstance(path, str) or "\n" in path:

@@ -9,7 +9,6 @@ circuit breaker is the caller's decision, made once per call from
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
@@ -157,10 +156,8 @@ class _Run:
         finish = await call_hook("on_strategy", self.on_strategy, name)
         before = self.budget.tokens
         started = time.perf_counter()
-        telemetry = current_telemetry()
-        scope = telemetry.strategy(name, before) if telemetry else contextlib.nullcontext()
         try:
-            with scope as span:
+            with current_telemetry().strategy(name, before) as span:
                 result = await call()
                 after = _checked(name, result, self.budget)
                 set_attributes(

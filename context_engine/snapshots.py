@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from context_engine._validate import is_int
 from context_engine.events import ContextUsage, Scope, Snapshot
 from context_engine.messages import Message
 from context_engine.pipeline import Outcome
@@ -18,7 +19,7 @@ def describe_view(
     trimmed = 0
     for message in view:
         value = message.metadata.get(TRIMMED_KEY)
-        if isinstance(value, int) and not isinstance(value, bool):
+        if is_int(value):
             trimmed += value
     return Snapshot(
         scope=scope,

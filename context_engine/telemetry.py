@@ -5,6 +5,13 @@ Without an SDK configured every call is a no-op. The user may pass their own
 ``tracer_provider`` / ``meter_provider`` to the engine. Telemetry errors are
 logged, never raised.
 
+Nothing here hands out None: outside an engine call `current_telemetry` is a
+disabled `Telemetry`, and every span context manager yields OpenTelemetry's
+non-recording ``INVALID_SPAN`` when no span is started (the ``INVALID_SPAN``
+pattern of opentelemetry-api). Callers use what they get without checking;
+`set_attributes` does nothing on a span that is not recording, and a caller
+that builds many attributes guards that work with ``span.is_recording()``.
+
 Spans: ``context_engine.project`` / ``context_engine.compact`` /
 ``context_engine.recover_overflow`` for each engine call, a child
 ``context_engine.strategy`` per strategy run, and a GenAI-convention child
@@ -14,6 +21,7 @@ Spans: ``context_engine.project`` / ``context_engine.compact`` /
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Iterator
@@ -21,7 +29,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from opentelemetry import metrics, trace
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import INVALID_SPAN, Span, SpanKind, Status, StatusCode
 
 __all__ = ["Telemetry", "current_telemetry", "record_model_usage"]
 
@@ -37,22 +45,41 @@ def _version() -> str:
     return __version__
 
 
-def current_telemetry() -> Telemetry | None:
-    """The telemetry of the engine call running in this context, if any."""
-    return _current.get()
+def current_telemetry() -> Telemetry:
+    """The telemetry of the engine call running in this context.
+
+    Outside an engine call (a summarizer called directly, say) this is the
+    shared `Telemetry.disabled` instance, which starts no span and records no
+    metric, so callers never check for None.
+    """
+    telemetry = _current.get()
+    return _disabled() if telemetry is None else telemetry
+
+
+@functools.cache
+def _disabled() -> Telemetry:
+    # Built on first use, not at import: the constructor reads the package
+    # version, which is not set yet while `context_engine` is importing us.
+    return Telemetry(trace.NoOpTracerProvider(), metrics.NoOpMeterProvider())
 
 
 class Telemetry:
     """The instruments of one engine.
 
     Args:
-        tracer_provider: Provider for spans; None uses the global one.
+        tracer_provider: Provider for spans; None uses the global one. The
+            API's ``NoOpTracerProvider`` turns spans off altogether.
         meter_provider: Provider for metrics; None uses the global one.
     """
 
     def __init__(self, tracer_provider: Any = None, meter_provider: Any = None) -> None:
         version = _version()
-        self._tracer_provider = tracer_provider
+        # A given provider decides once; only the global one can change later.
+        self._fixed_tracing = (
+            None
+            if tracer_provider is None
+            else not isinstance(tracer_provider, trace.NoOpTracerProvider)
+        )
         self._tracing = False
         self._tracing_checked_until = 0.0
         self.tracer = trace.get_tracer("context_engine", version, tracer_provider=tracer_provider)
@@ -93,6 +120,15 @@ class Telemetry:
         )
         self._llm_seconds = 0.0
 
+    @staticmethod
+    def disabled() -> Telemetry:
+        """The shared telemetry that starts no span and records no metric.
+
+        `current_telemetry` returns it outside an engine call; its span
+        context managers yield ``INVALID_SPAN``.
+        """
+        return _disabled()
+
     def tracing(self) -> bool:
         """Whether spans go anywhere: a provider was given or an SDK was installed globally.
 
@@ -101,8 +137,8 @@ class Telemetry:
         global provider is looked up at most once a second (the lookup itself
         reads the environment).
         """
-        if self._tracer_provider is not None:
-            return True
+        if self._fixed_tracing is not None:
+            return self._fixed_tracing
         now = time.monotonic()
         if now >= self._tracing_checked_until:
             self._tracing = not isinstance(trace.get_tracer_provider(), _NO_OP_PROVIDERS)
@@ -110,20 +146,27 @@ class Telemetry:
         return self._tracing
 
     @contextlib.contextmanager
-    def _span(self, name: str, **options: Any) -> Iterator[Span | None]:
+    def _span(self, name: str, **options: Any) -> Iterator[Span]:
         if not self.tracing():
-            yield None
+            yield INVALID_SPAN
             return
         with self.tracer.start_as_current_span(name, record_exception=True, **options) as span:
             yield span
 
     def operation(self, name: str, attributes: dict[str, Any]) -> _Operation:
-        """A span for one engine call; also makes this telemetry current for strategies."""
+        """A span for one engine call; also makes this telemetry current for strategies.
+
+        Entering it gives the span, ``INVALID_SPAN`` (not recording) when spans
+        go nowhere.
+        """
         return _Operation(self, name, attributes)
 
     @contextlib.contextmanager
-    def strategy(self, name: str, tokens_before: int) -> Iterator[Span | None]:
-        """A child span for one strategy run; an exception is recorded and re-raised."""
+    def strategy(self, name: str, tokens_before: int) -> Iterator[Span]:
+        """A child span for one strategy run; an exception is recorded and re-raised.
+
+        Yields ``INVALID_SPAN`` (not recording) when spans go nowhere.
+        """
         attributes = {
             "context_engine.strategy.name": name,
             "context_engine.tokens_before": tokens_before,
@@ -132,10 +175,11 @@ class Telemetry:
             yield span
 
     @contextlib.contextmanager
-    def summarizer_call(
-        self, summarizer: object, attributes: dict[str, Any]
-    ) -> Iterator[Span | None]:
-        """A GenAI-convention client span around one summarizer call; counts it and its failure."""
+    def summarizer_call(self, summarizer: object, attributes: dict[str, Any]) -> Iterator[Span]:
+        """A GenAI-convention client span around one summarizer call; counts it and its failure.
+
+        Yields ``INVALID_SPAN`` (not recording) when spans go nowhere.
+        """
         model = getattr(summarizer, "model", None)
         provider = getattr(summarizer, "provider", None) or type(summarizer).__name__
         attributes = {
@@ -181,13 +225,13 @@ class _Operation:
         self._attributes = attributes
         self._span_scope: Any = None
 
-    def __enter__(self) -> Span | None:
+    def __enter__(self) -> Span:
         telemetry = self._telemetry
         self._token = _current.set(telemetry)
         telemetry._llm_seconds = 0.0
         self._started = time.perf_counter()
         if not telemetry.tracing():
-            return None
+            return INVALID_SPAN
         self._span_scope = telemetry.tracer.start_as_current_span(
             f"context_engine.{self._name}", attributes=self._attributes, record_exception=True
         )
@@ -229,17 +273,17 @@ def record_model_usage(
     )
 
 
-def mark_error(span: Span | None, error: BaseException) -> None:
+def mark_error(span: Span, error: BaseException) -> None:
     """Set an error status on ``span`` (the exception itself is recorded by the span)."""
-    if span is None:
+    if not span.is_recording():
         return
     with contextlib.suppress(Exception):
         span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
 
 
-def set_attributes(span: Span | None, attributes: dict[str, Any]) -> None:
-    """Set attributes, dropping None values; never raises. No span, nothing to do."""
-    if span is None:
+def set_attributes(span: Span, attributes: dict[str, Any]) -> None:
+    """Set attributes, dropping None values; never raises. A span not recording is left alone."""
+    if not span.is_recording():
         return
     try:
         span.set_attributes({k: v for k, v in attributes.items() if v is not None})

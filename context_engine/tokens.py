@@ -25,6 +25,7 @@ import attrs
 
 from context_engine._calibration import calibration_ratio
 from context_engine._heuristic import estimate_tokens
+from context_engine._validate import check_int
 from context_engine.errors import ConfigurationError
 from context_engine.messages import ImageBlock, Message, TextBlock, ThinkingBlock, ToolCall
 
@@ -88,8 +89,7 @@ class _CachingCounter:
     """True for an estimate that provider usage anchors should calibrate."""
 
     def __init__(self, *, image_tokens: int = DEFAULT_IMAGE_TOKENS) -> None:
-        if image_tokens < 0:
-            raise ConfigurationError("image_tokens must be >= 0")
+        check_int(image_tokens, type(self).__name__, "image_tokens")
         self.image_tokens = image_tokens
         self._by_content: OrderedDict[Message, int] = OrderedDict()
         self._lock = threading.Lock()

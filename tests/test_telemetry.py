@@ -11,10 +11,11 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import StatusCode
+from opentelemetry.trace import INVALID_SPAN, NoOpTracerProvider, StatusCode
 
 from context_engine import CompactionError, ContextEngine, Message
 from context_engine.strategies import FullSummary
+from context_engine.telemetry import Telemetry, current_telemetry, set_attributes
 from context_engine.testing import FixedTokenCounter, RecordingSummarizer
 from tests.fakes import Checkpointer, Exploding, ShrinkToolResults, agent_session
 
@@ -245,3 +246,65 @@ async def test_a_model_summarizer_reports_provider_usage_on_its_chat_span(otel: 
     assert chat.attributes["gen_ai.usage.input_tokens"] == 100
     assert chat.attributes["gen_ai.usage.output_tokens"] == 20
     assert chat.attributes["gen_ai.response.model"] == "summary-model"
+
+
+# -- a non-recording span instead of None ------------------------------------------------
+
+
+def test_outside_an_engine_call_the_current_telemetry_is_the_disabled_one() -> None:
+    """Code running outside an engine call gets a telemetry it can use without a None check."""
+    telemetry = current_telemetry()
+    assert telemetry is Telemetry.disabled()
+    assert not telemetry.tracing()
+    with telemetry.strategy("shrink", 100) as span:
+        set_attributes(span, {"context_engine.tokens_after": 50})
+        assert not span.is_recording()
+    with telemetry.operation("project", {}) as span:
+        assert not span.is_recording()
+        assert current_telemetry() is telemetry
+
+
+async def test_a_summarizer_called_outside_an_engine_runs_under_the_disabled_telemetry() -> None:
+    """A direct summarizer call, with no engine call around it, needs no telemetry to run."""
+    from context_engine.summarize.request import SummaryRequest
+    from context_engine.summarize.run import call_summarizer
+
+    request = SummaryRequest(
+        messages=(Message.user("hello"),),
+        prompt_messages=(Message.user("summarize"),),
+        previous_summary=None,
+        instructions=None,
+        reason="manual",
+        kind="history",
+        max_tokens=100,
+    )
+    summarizer = RecordingSummarizer()
+    assert await call_summarizer(summarizer, request, None)
+    assert len(summarizer.requests) == 1
+
+
+@pytest.mark.parametrize(
+    "provider",
+    [None, NoOpTracerProvider()],
+    ids=["no-sdk-installed", "explicit-no-op-provider"],
+)
+def test_without_a_recording_provider_every_span_is_the_invalid_span(provider: Any) -> None:
+    """No provider that records: the context managers yield OpenTelemetry's `INVALID_SPAN`."""
+    telemetry = Telemetry(tracer_provider=provider)
+    with telemetry.operation("project", {"context_engine.window": 1}) as span:
+        assert span is INVALID_SPAN
+        with telemetry.strategy("shrink", 10) as child:
+            assert child is INVALID_SPAN
+        with telemetry.summarizer_call(RecordingSummarizer(), {}) as chat:
+            assert chat is INVALID_SPAN
+
+
+def test_with_a_provider_the_spans_record(otel: Otel) -> None:
+    """A real provider: the same context managers yield recording spans that reach the exporter."""
+    telemetry = Telemetry(tracer_provider=otel.tracer_provider)
+    with telemetry.operation("project", {}) as span, telemetry.strategy("shrink", 10) as child:
+        assert span.is_recording()
+        set_attributes(child, {"context_engine.tokens_after": 5, "dropped": None})
+    (strategy,) = otel.finished("context_engine.strategy")
+    assert strategy.attributes["context_engine.tokens_after"] == 5
+    assert "dropped" not in strategy.attributes

@@ -29,6 +29,7 @@ import urllib.parse
 from collections.abc import Sequence
 from typing import Any
 
+from context_engine._validate import check_number
 from context_engine.archive.base import ArchiveRecord, check_session_id
 from context_engine.archive.codec import decode_messages, encode_messages
 from context_engine.errors import ArchiveError, ConfigurationError
@@ -86,13 +87,16 @@ def _check_prefix(prefix: object) -> str:
 
 
 def _check_ttl(ttl: object) -> int | None:
-    if ttl is None:
-        return None
-    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl < 1:
-        raise ConfigurationError(
-            f"RedisArchive ttl must be None (keep forever) or at least 1 second, got {ttl!r}"
-        )
-    return math.ceil(ttl)
+    seconds = check_number(
+        ttl,
+        "RedisArchive",
+        "ttl",
+        minimum=1,
+        optional=True,
+        unit="seconds",
+        fix="None keeps records for ever",
+    )
+    return None if seconds is None else math.ceil(seconds)
 
 
 def safe_url(url: str) -> str:

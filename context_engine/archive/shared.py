@@ -18,6 +18,7 @@ from typing import Any
 
 import attrs
 
+from context_engine._validate import non_negative_seconds, positive_int
 from context_engine.archive.base import Archive, check_session_id
 from context_engine.errors import ArchiveError, ConfigurationError, SummarizerError
 from context_engine.summarize.request import Summarizer, SummaryRequest
@@ -25,21 +26,6 @@ from context_engine.summarize.request import Summarizer, SummaryRequest
 __all__ = ["SharedSummarizerBreaker", "save_seed", "stored_seed"]
 
 logger = logging.getLogger(__name__)
-
-
-def _positive_int(instance: object, attribute: attrs.Attribute[int], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(
-            f"{type(instance).__name__}.{attribute.name} must be an int >= 1, got {value!r}"
-        )
-
-
-def _non_negative(instance: object, attribute: attrs.Attribute[float], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ConfigurationError(
-            f"{type(instance).__name__}.{attribute.name} must be a number of seconds >= 0, "
-            f"got {value!r}"
-        )
 
 
 def _endpoint(instance: object, attribute: attrs.Attribute[str], value: object) -> None:
@@ -70,9 +56,9 @@ class SharedSummarizerBreaker:
     """The store every worker shares."""
     endpoint: str = attrs.field(validator=_endpoint)
     """The key the workers share: one breaker per endpoint, not per worker."""
-    max_failures: int = attrs.field(default=3, validator=_positive_int)
+    max_failures: int = attrs.field(default=3, validator=positive_int())
     """Consecutive failures, counted across workers, that open the breaker."""
-    cooldown_seconds: float = attrs.field(default=60.0, validator=_non_negative)
+    cooldown_seconds: float = attrs.field(default=60.0, validator=non_negative_seconds())
     """Seconds the breaker stays open before calls are tried again."""
     clock: Callable[[], float] = attrs.field(default=time.time, repr=False)
     """Seconds since the epoch; the same clock on every worker (wall time)."""

@@ -27,9 +27,10 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from context_engine._validate import check_number
 from context_engine.archive.base import ArchiveRecord, check_session_id
 from context_engine.archive.codec import decode_messages, encode_messages
-from context_engine.errors import ArchiveError, ConfigurationError
+from context_engine.errors import ArchiveError
 
 __all__ = ["SCHEMA_VERSION", "SQLiteArchive"]
 
@@ -101,12 +102,15 @@ _SELECT = "SELECT reference, kind, body, created_at FROM records"
 
 
 def _check_timeout(timeout: object) -> float:
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise ConfigurationError(
-            f"SQLiteArchive timeout must be a positive number of seconds, got {timeout!r}; "
-            "it is how long a write waits for another process's write (30 is plenty)"
-        )
-    return float(timeout)
+    seconds = check_number(
+        timeout,
+        "SQLiteArchive",
+        "timeout",
+        exclusive_minimum=True,
+        unit="seconds",
+        fix="it is how long a write waits for another process's write (30 is plenty)",
+    )
+    return float(seconds)
 
 
 def _row_record(row: tuple[Any, ...]) -> ArchiveRecord:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from context_engine._aio import run_blocking
+from context_engine._validate import int_at_least, is_int
 from context_engine.errors import ArchiveError, ConfigurationError, RecallError
 from context_engine.messages import Message, TextBlock
 from context_engine.summarize.serialize import serialize_message
@@ -59,14 +60,6 @@ def _parameters() -> dict[str, Any]:
     }
 
 
-def _positive(instance: object, attribute: attrs.Attribute[int], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 200:
-        raise ConfigurationError(
-            f"RecallTool.{attribute.name} must be an int >= 200 (characters per page), "
-            f"got {value!r}"
-        )
-
-
 def render_originals(messages: tuple[Message, ...]) -> str:
     """The originals as the model reads them back: a lone tool result as its own text."""
     if len(messages) == 1 and messages[0].role == "tool":
@@ -87,7 +80,9 @@ class RecallTool:
 
     engine: ContextEngine
     """The engine whose archive and session the references belong to."""
-    page_chars: int = attrs.field(default=20_000, validator=_positive)
+    page_chars: int = attrs.field(
+        default=20_000, validator=int_at_least(200, fix="it is the number of characters per page")
+    )
     """Characters returned per call; longer originals are paged."""
 
     name: str = attrs.field(default=RECALL_TOOL_NAME, init=False)
@@ -166,6 +161,6 @@ def _parse(arguments: str | Mapping[str, Any]) -> tuple[str, int] | str:
     offset = arguments.get("offset", 0)
     if not isinstance(reference, str) or not reference.strip():
         return 'Pass the reference to recall, like {"reference": "arc-…"}.'
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+    if not is_int(offset) or offset < 0:
         return "offset must be a whole number of characters, 0 or more."
     return reference.strip(), offset

@@ -27,7 +27,7 @@ from context_engine.archive.codec import message_to_dict
 from context_engine.archive.redis import safe_url
 from context_engine.cli._common import EXIT_OK, EXIT_PROBLEM, CliError
 from context_engine.cli._inspect import preview
-from context_engine.cli._output import Output, Table
+from context_engine.cli._output import Output, Table, emit_json
 from context_engine.errors import ArchiveError, ContextEngineError
 from context_engine.formats.openai import to_openai
 from context_engine.messages import ContextSummary, ImageBlock, Message, ThinkingBlock, ToolCall
@@ -179,7 +179,7 @@ def _run_list(args: argparse.Namespace, out: Output) -> int:
             raise CliError("give either SESSION or --sessions, not both")
         sessions = _with_archive(url, lambda archive: archive.sessions())
         if args.json:
-            _emit(sessions, args.json, out)
+            emit_json(sessions, args.json, out)
         for session in sessions:
             out.line(session)
         return EXIT_OK if sessions else EXIT_PROBLEM
@@ -187,7 +187,7 @@ def _run_list(args: argparse.Namespace, out: Output) -> int:
         raise CliError("give a SESSION to list its records, or --sessions to list the sessions")
     records = _with_archive(url, lambda archive: archive.records(args.session))
     if args.json:
-        _emit([_summary(r) for r in records], args.json, out)
+        emit_json([_summary(r) for r in records], args.json, out)
     out.table(_records_table(args.session, records))
     if not records:
         out.error(f"session {args.session!r} has no records in {safe_url(url)}")
@@ -240,7 +240,7 @@ def _run_show(args: argparse.Namespace, out: Output) -> int:
         )
         return EXIT_PROBLEM
     if args.json:
-        _emit(record_json(args.session, record, args.format), args.json, out)
+        emit_json(record_json(args.session, record, args.format), args.json, out)
         return EXIT_OK
     out.line(
         f"{record.reference} in session {args.session}: {record.kind}, "
@@ -314,12 +314,6 @@ def _target(path: str | None, stdout: TextIO) -> Iterator[TextIO]:
             yield stream
     except OSError as exc:
         raise CliError(f"cannot write {path}: {exc.strerror or exc}") from None
-
-
-def _emit(data: Any, target: str, out: Output) -> None:
-    from context_engine.cli._commands import emit_json  # _commands imports this module
-
-    emit_json(data, target, out)
 
 
 # -- parser ----------------------------------------------------------------------------------

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,7 +21,7 @@ from context_engine.cli._common import (
 )
 from context_engine.cli._html import render_html
 from context_engine.cli._inspect import inspect_messages
-from context_engine.cli._output import Output
+from context_engine.cli._output import Output, emit_json, write_text
 from context_engine.cli._present import num, show_inspect, show_replay
 from context_engine.cli.replay import ReplayReport, replay
 from context_engine.engine import ContextEngine
@@ -43,27 +42,6 @@ def _version() -> str:
     from context_engine import __version__
 
     return __version__
-
-
-def emit_json(data: Any, target: str, out: Output) -> None:
-    """Write ``data`` as JSON to ``target`` (``-`` is stdout).
-
-    Raises:
-        CliError: the file cannot be written.
-    """
-    text = json.dumps(data, indent=2, ensure_ascii=False)
-    if target == "-":
-        print(text, file=out.stdout)
-        return
-    _write_text(target, text + "\n")
-    out.line(f"wrote {target}")
-
-
-def _write_text(target: str | Path, text: str) -> None:
-    try:
-        Path(target).write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise CliError(f"cannot write {target}: {exc.strerror or exc}") from None
 
 
 def _write_messages(target: str | Path, messages: tuple[Message, ...], fmt: WriteFormat) -> None:
@@ -226,7 +204,7 @@ def _replay(
 def _publish(report: ReplayReport, args: argparse.Namespace, out: Output, title: str) -> int:
     show_replay(report, out)
     if args.html:
-        _write_text(args.html, render_html(report, title=title, version=_version()))
+        write_text(args.html, render_html(report, title=title, version=_version()))
         out.line(f"wrote {args.html}")
     if args.json:
         emit_json(report.to_json(), args.json, out)

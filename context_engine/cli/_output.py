@@ -1,16 +1,23 @@
-"""Terminal output: tables and a progress bar with ``rich`` when installed, plain text otherwise."""
+"""Terminal output: tables and a progress bar with ``rich`` when installed, plain text otherwise.
+
+Also where JSON reports and files go (``-`` is stdout), for every command.
+"""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import Any, TextIO
 
 import attrs
 
-__all__ = ["Output", "Progress", "Table", "rich_available"]
+from context_engine.cli._common import CliError
+
+__all__ = ["Output", "Progress", "Table", "emit_json", "rich_available", "write_text"]
 
 
 @attrs.frozen
@@ -222,3 +229,29 @@ class Progress:
         traceback: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def emit_json(data: Any, target: str, out: Output) -> None:
+    """Write ``data`` as JSON to ``target`` (``-`` is stdout).
+
+    Raises:
+        CliError: the file cannot be written.
+    """
+    text = json.dumps(data, indent=2, ensure_ascii=False)
+    if target == "-":
+        print(text, file=out.stdout)
+        return
+    write_text(target, text + "\n")
+    out.line(f"wrote {target}")
+
+
+def write_text(target: str | Path, text: str) -> None:
+    """Write ``text`` to the file ``target`` as UTF-8.
+
+    Raises:
+        CliError: the file cannot be written.
+    """
+    try:
+        Path(target).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise CliError(f"cannot write {target}: {exc.strerror or exc}") from None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from context_engine._validate import is_int
 from context_engine.errors import InvalidMessageError
 from context_engine.formats._anthropic_blocks import (
     BLOCKS_KEY,
@@ -27,7 +28,7 @@ def _count(usage: Mapping[str, Any], key: str, *, required: bool = False) -> int
     value = usage.get(key)
     if value is None and not required:
         return 0
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+    if not is_int(value) or value < 0:
         raise InvalidMessageError(f"usage.{key} must be a non-negative int, got {value!r}")
     return value
 

@@ -11,6 +11,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, cast
 
+from context_engine._validate import is_int
 from context_engine.errors import InvalidMessageError
 from context_engine.formats._usage import render_usage
 from context_engine.messages import (
@@ -252,7 +253,7 @@ def _read_image(url: str, detail: str | None) -> ImageBlock:
 def _count(value: object, where: str) -> int:
     if value is None:
         return 0
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+    if not is_int(value) or value < 0:
         raise InvalidMessageError(f"usage.{where} must be a non-negative int, got {value!r}")
     return value
 

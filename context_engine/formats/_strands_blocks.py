@@ -19,6 +19,7 @@ from typing import Any, Final
 
 import attrs
 
+from context_engine._validate import is_int
 from context_engine.errors import InvalidMessageError
 from context_engine.formats._openai_parts import copy_json
 from context_engine.messages import (
@@ -103,7 +104,7 @@ def _count(usage: Mapping[str, Any], key: str, *, required: bool = False) -> int
     value = usage.get(key)
     if value is None and not required:
         return 0
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+    if not is_int(value) or value < 0:
         raise InvalidMessageError(f"usage.{key} must be a non-negative int, got {value!r}")
     return value
 

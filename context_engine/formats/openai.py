@@ -32,6 +32,7 @@ from typing import Any, Final
 
 import attrs
 
+from context_engine._validate import is_int
 from context_engine.errors import InvalidMessageError
 from context_engine.formats._openai_parts import (
     copy_json,
@@ -236,7 +237,7 @@ def _read_usage(raw: Any, metadata: dict[str, Any]) -> Usage:
 def _count(value: object, where: str, *, default: int | None = 0) -> int:
     if value is None and default is not None:
         return default
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+    if not is_int(value) or value < 0:
         raise InvalidMessageError(f"{where} must be a non-negative int, got {value!r}")
     return value
 

@@ -8,9 +8,9 @@ from typing import Literal, Protocol, runtime_checkable
 
 import attrs
 
+from context_engine._validate import Validator, share
 from context_engine.archive.base import RecordKind
 from context_engine.archive.reference import reference_for
-from context_engine.errors import ConfigurationError
 from context_engine.events import SummaryInfo
 from context_engine.messages import Message, TextBlock
 from context_engine.structure import ARCHIVED_KEY
@@ -86,12 +86,8 @@ class Budget:
         return -(-(excess + step) // step) * step
 
 
-def step_share(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
-    """Attrs validator of a head-room step (`Budget.goal_in_steps`): a share in [0, 1)."""
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 1:
-        raise ConfigurationError(
-            f"{type(instance).__name__}.{attribute.name} must be a share in [0, 1), got {value!r}"
-        )
+step_share: Validator = share(exclusive_maximum=True)
+"""Attrs validator of a head-room step (`Budget.goal_in_steps`): a share in [0, 1)."""
 
 
 def _message_tuple(messages: Iterable[Message]) -> tuple[Message, ...]:

@@ -42,6 +42,7 @@ from typing import Any, ClassVar
 import attrs
 import regex
 
+from context_engine._validate import is_int
 from context_engine.messages import Block, Message, TextBlock
 from context_engine.strategies.base import Budget, Removal, StrategyResult, archived_copy
 from context_engine.strategies.light_trim import trim_text
@@ -106,7 +107,7 @@ def truncation_marker(count: int, references: Sequence[str] = ()) -> Message:
 def is_truncation_marker(message: Message) -> bool:
     """Whether ``message`` is a marker `HardTruncate` left."""
     count = message.metadata.get(TRUNCATION_KEY)
-    return message.role == "user" and isinstance(count, int) and not isinstance(count, bool)
+    return message.role == "user" and is_int(count)
 
 
 @attrs.frozen(kw_only=True)

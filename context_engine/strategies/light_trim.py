@@ -17,6 +17,7 @@ from typing import ClassVar
 
 import attrs
 
+from context_engine._validate import non_negative_int
 from context_engine.errors import ConfigurationError
 from context_engine.messages import Block, Message, TextBlock
 from context_engine.strategies.base import (
@@ -40,13 +41,6 @@ def _marker(removed: int) -> str:
 # Room the marker takes in a trimmed block; reserving it keeps every trimmed
 # block under the threshold, so a second run never trims it again.
 _MARKER_ROOM = len(_marker(10**18))
-
-
-def _non_negative_int(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigurationError(
-            f"{type(instance).__name__}.{attribute.name} must be an int >= 0, got {value!r}"
-        )
 
 
 def _splits_pair(text: str, position: int) -> bool:
@@ -96,13 +90,13 @@ class LightTrim:
     metadata: the number of blocks trimmed in it.
     """
 
-    keep_recent: int = attrs.field(default=4, validator=_non_negative_int)
+    keep_recent: int = attrs.field(default=4, validator=non_negative_int())
     """The newest messages left untouched."""
-    text_threshold: int = attrs.field(default=4000, validator=_non_negative_int)
+    text_threshold: int = attrs.field(default=4000, validator=non_negative_int())
     """Text blocks longer than this many characters are trimmed."""
-    preserve_head: int = attrs.field(default=1200, validator=_non_negative_int)
+    preserve_head: int = attrs.field(default=1200, validator=non_negative_int())
     """Characters kept from the start of a trimmed block."""
-    preserve_tail: int = attrs.field(default=800, validator=_non_negative_int)
+    preserve_tail: int = attrs.field(default=800, validator=non_negative_int())
     """Characters kept from the end of a trimmed block."""
     trimming_step: float = attrs.field(default=0.1, validator=step_share)
     """Trim until the excess plus one step of this share of the threshold is saved, in

@@ -20,6 +20,7 @@ from typing import Any, ClassVar, TypeAlias
 
 import attrs
 
+from context_engine._validate import non_negative_int
 from context_engine.errors import ConfigurationError
 from context_engine.messages import Message, TextBlock, ToolCall
 from context_engine.strategies.base import (
@@ -47,13 +48,6 @@ PlaceholderFn: TypeAlias = Callable[[ToolCall | None, Message], str]
 
 def _utcnow() -> _dt.datetime:
     return _dt.datetime.now(_dt.timezone.utc)
-
-
-def _non_negative_int(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigurationError(
-            f"{type(instance).__name__}.{attribute.name} must be an int >= 0, got {value!r}"
-        )
 
 
 def _optional_callable(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -157,13 +151,13 @@ class ToolResultMicrocompact:
     ``CLEARED_KEY: True`` in its metadata.
     """
 
-    keep_recent: int = attrs.field(default=5, validator=_non_negative_int)
+    keep_recent: int = attrs.field(default=5, validator=non_negative_int())
     """Results of this many newest distinct calls (same tool name and arguments
     JSON count as one call) are kept; superseded duplicates may be cleared."""
     classifier: Classifier | None = attrs.field(default=None, validator=_optional_callable)
     """When given, only results for which ``classifier(call, result)`` is True may be
     cleared (results whose call is not in the view are then kept)."""
-    min_result_tokens: int = attrs.field(default=64, validator=_non_negative_int)
+    min_result_tokens: int = attrs.field(default=64, validator=non_negative_int())
     """Results smaller than this are kept: clearing them would save next to nothing."""
     placeholder: str = attrs.field(default=DEFAULT_PLACEHOLDER, validator=_placeholder_text)
     """The text a cleared result gets."""

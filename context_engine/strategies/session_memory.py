@@ -19,6 +19,7 @@ from typing import ClassVar, TypeAlias
 
 import attrs
 
+from context_engine._validate import non_negative_int, positive_int
 from context_engine.errors import ConfigurationError
 from context_engine.events import SummaryInfo
 from context_engine.messages import ContextSummary, Message
@@ -40,22 +41,6 @@ Seed: TypeAlias = Callable[[], "str | Awaitable[str]"]
 
 DEFAULT_KEEP_RECENT_TOKENS = 8_000
 DEFAULT_MAX_SEED_CHARS = 20_000
-
-
-def _check_keep(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ConfigurationError(
-            f"SessionMemory(keep_recent_tokens={value!r}) must be an int >= 0; "
-            f"use the default {DEFAULT_KEEP_RECENT_TOKENS} or 0 to keep only the protected tail"
-        )
-
-
-def _check_max_chars(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigurationError(
-            f"SessionMemory(max_seed_chars={value!r}) must be an int >= 1; "
-            f"use the default {DEFAULT_MAX_SEED_CHARS}"
-        )
 
 
 def _check_seed(instance: object, attribute: attrs.Attribute[Seed | None], value: object) -> None:
@@ -110,9 +95,17 @@ class SessionMemory:
 
     seed: Seed | None = attrs.field(default=None, validator=_check_seed)
     """Returns the memory text; a plain function or a coroutine function, no arguments."""
-    keep_recent_tokens: int = attrs.field(default=DEFAULT_KEEP_RECENT_TOKENS, validator=_check_keep)
+    keep_recent_tokens: int = attrs.field(
+        default=DEFAULT_KEEP_RECENT_TOKENS,
+        validator=non_negative_int(
+            fix=f"use the default {DEFAULT_KEEP_RECENT_TOKENS} or 0 to keep only the protected tail"
+        ),
+    )
     """Minimum tokens of recent history kept verbatim, capped at half the threshold."""
-    max_seed_chars: int = attrs.field(default=DEFAULT_MAX_SEED_CHARS, validator=_check_max_chars)
+    max_seed_chars: int = attrs.field(
+        default=DEFAULT_MAX_SEED_CHARS,
+        validator=positive_int(fix=f"use the default {DEFAULT_MAX_SEED_CHARS}"),
+    )
     """Longer memories are cut at a line boundary, with a notice line."""
     label: str | None = attrs.field(default=None, validator=_check_label)
     """Name used in events and ``commit_strategies`` instead of ``session_memory``."""

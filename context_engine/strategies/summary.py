@@ -11,6 +11,7 @@ import attrs
 import regex
 
 from context_engine._aio import maybe_await
+from context_engine._validate import non_negative_seconds, positive_int
 from context_engine.errors import ConfigurationError
 from context_engine.events import SummaryInfo
 from context_engine.messages import ContextSummary, Message
@@ -52,18 +53,6 @@ def default_keep_recent_tokens(threshold: int) -> int:
     return max(2000, min(20_000, threshold // 4))
 
 
-def _positive_or_none(
-    instance: object, attribute: attrs.Attribute[int | None], value: object
-) -> None:
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
-        raise ConfigurationError(f"{attribute.name} must be a positive int or None, got {value!r}")
-
-
-def _positive(instance: object, attribute: attrs.Attribute[int], value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ConfigurationError(f"{attribute.name} must be a positive int, got {value!r}")
-
-
 def _callable(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if not callable(value):
         raise ConfigurationError(
@@ -87,14 +76,16 @@ class FullSummary:
 
     summarizer: Summarizer = attrs.field(validator=_callable)
     """Writes the checkpoint text from a `SummaryRequest`."""
-    keep_recent_tokens: int | None = attrs.field(default=None, validator=_positive_or_none)
+    keep_recent_tokens: int | None = attrs.field(
+        default=None, validator=positive_int(optional=True)
+    )
     """Tokens kept verbatim at the end; None: ``clamp(threshold / 4, 2000, 20000)``,
     and at most a quarter of the view for ``compact`` and ``recover_overflow``."""
-    summarizer_window: int | None = attrs.field(default=None, validator=_positive_or_none)
+    summarizer_window: int | None = attrs.field(default=None, validator=positive_int(optional=True))
     """The summarizer model's window; None: the engine's window. Longer histories are chunked."""
-    max_summary_tokens: int = attrs.field(default=4096, validator=_positive)
+    max_summary_tokens: int = attrs.field(default=4096, validator=positive_int())
     """Output budget asked of the summarizer (capped at an eighth of its window)."""
-    max_tool_result_chars: int = attrs.field(default=2000, validator=_positive)
+    max_tool_result_chars: int = attrs.field(default=2000, validator=positive_int())
     """Tool results (and reasoning) are clipped to this many characters in the prompt."""
     prompts: SummaryPrompts = DEFAULT_PROMPTS
     """The prompt texts (system, summary, update, turn prefix)."""
@@ -102,7 +93,9 @@ class FullSummary:
     """Tool name → ``read`` / ``modified`` mapping used to track files."""
     post_summary_hooks: tuple[PostSummaryHook, ...] = attrs.field(default=(), converter=tuple)
     """Hooks that may add reminder messages after the checkpoint."""
-    timeout_seconds: float | None = 300.0
+    timeout_seconds: float | None = attrs.field(
+        default=300.0, validator=non_negative_seconds(optional=True, fix="0 or None waits for ever")
+    )
     """Time allowed for one summarizer call (async summarizers only)."""
     redactor: Redactor | None = None
     """Removes secrets from everything sent to the summarizer; None sends the history as is."""

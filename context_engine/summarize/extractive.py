@@ -15,6 +15,7 @@ from types import MappingProxyType
 import attrs
 import regex
 
+from context_engine._validate import int_at_least
 from context_engine.errors import ConfigurationError
 from context_engine.messages import ContextSummary, Message, ToolCall
 from context_engine.structure import is_user_message
@@ -361,11 +362,6 @@ def _to_names(value: Iterable[str]) -> frozenset[str]:
     return frozenset(value)
 
 
-def _check_item_chars(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 40:
-        raise ConfigurationError(f"item_chars must be an int >= 40 (default 400), got {value!r}")
-
-
 @attrs.frozen(kw_only=True)
 class ExtractiveSummarizer:
     """A summarizer that needs no model and no network: it extracts, it does not write.
@@ -417,7 +413,7 @@ class ExtractiveSummarizer:
         default=DEFAULT_FILE_TOOLS, converter=_to_file_tools
     )
     shell_tools: frozenset[str] = attrs.field(default=DEFAULT_SHELL_TOOLS, converter=_to_names)
-    item_chars: int = attrs.field(default=400, validator=_check_item_chars)
+    item_chars: int = attrs.field(default=400, validator=int_at_least(40, fix="the default is 400"))
 
     def __call__(self, request: SummaryRequest) -> str:
         """The checkpoint text for ``request``: deterministic, at most ``4 * max_tokens`` chars."""

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from context_engine._validate import check_number
 from context_engine.errors import ConfigurationError, SummarizerError
 from context_engine.formats.openai import to_openai
 from context_engine.summarize.request import SummaryRequest
@@ -84,6 +85,7 @@ class OpenAISummarizer:
                 f"{type(client).__name__}; pass openai.AsyncOpenAI(base_url=..., api_key=...)"
             )
         _check_options(model, max_output_tokens, retry, "OpenAISummarizer")
+        check_number(temperature, "OpenAISummarizer", "temperature", optional=True)
         if token_parameter not in ("max_completion_tokens", "max_tokens"):
             raise ConfigurationError(
                 "token_parameter must be 'max_completion_tokens' or 'max_tokens', "

@@ -26,11 +26,19 @@ import math
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 import attrs
 import tenacity
 
+from context_engine._validate import (
+    check_int,
+    is_int,
+    non_negative_int,
+    non_negative_seconds,
+    positive_int,
+    share,
+)
 from context_engine.errors import ConfigurationError, SummarizerError
 from context_engine.messages import Message
 from context_engine.overflow import is_context_overflow
@@ -54,43 +62,31 @@ RebuildHook: TypeAlias = Callable[[SummaryRequest, tuple[Message, ...]], Summary
 """Builds the request for fewer messages after the summarizer's model rejected the prompt."""
 
 
-def _at_least(low: float, *, integer: bool = False) -> Callable[[Any, Any, Any], None]:
-    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-        kind = (int,) if integer else (int, float)
-        if isinstance(value, bool) or not isinstance(value, kind) or value < low:
-            raise ConfigurationError(
-                f"RetryPolicy.{attribute.name} must be {'an int' if integer else 'a number'} "
-                f">= {low}, got {value!r}"
-            )
-
-    return check
-
-
-def _fraction(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
-        raise ConfigurationError(
-            f"RetryPolicy.{attribute.name} must be between 0 and 1 (0.2 drops a fifth of the "
-            f"turns), got {value!r}"
-        )
-
-
 @attrs.frozen(kw_only=True)
 class RetryPolicy:
     """When and how long a provider summarizer retries."""
 
-    max_attempts: int = attrs.field(default=4, validator=_at_least(1, integer=True))
+    max_attempts: int = attrs.field(default=4, validator=positive_int())
     """Attempts per prompt for transient failures, the first included."""
-    max_delay: float = attrs.field(default=60.0, validator=_at_least(0))
+    max_delay: float = attrs.field(default=60.0, validator=non_negative_seconds())
     """Seconds after which no new attempt starts (one in flight ends by the client's timeout)."""
-    initial_wait: float = attrs.field(default=0.5, validator=_at_least(0))
+    initial_wait: float = attrs.field(default=0.5, validator=non_negative_seconds())
     """Backoff before the second attempt; doubles each time."""
-    max_wait: float = attrs.field(default=30.0, validator=_at_least(0))
+    max_wait: float = attrs.field(default=30.0, validator=non_negative_seconds())
     """Cap on one wait, a server's ``Retry-After`` included."""
-    jitter: float = attrs.field(default=0.5, validator=_at_least(0))
+    jitter: float = attrs.field(default=0.5, validator=non_negative_seconds())
     """Up to this many random seconds added to each backoff."""
-    max_overflow_retries: int = attrs.field(default=3, validator=_at_least(0, integer=True))
+    max_overflow_retries: int = attrs.field(default=3, validator=non_negative_int())
     """How many times the prompt is shrunk after the summarizer's model says it is too long."""
-    overflow_drop_fraction: float = attrs.field(default=0.2, validator=_fraction)
+    overflow_drop_fraction: float = attrs.field(
+        default=0.2,
+        validator=share(
+            exclusive_minimum=True,
+            exclusive_maximum=True,
+            fix="it is the share between 0 and 1 of the turns dropped each time "
+            "(0.2 drops a fifth)",
+        ),
+    )
     """Share of the turns dropped, oldest first, each time."""
     sleep: Callable[[float], Awaitable[None]] = attrs.field(
         default=asyncio.sleep, eq=False, repr=False
@@ -106,7 +102,7 @@ DEFAULT_RETRY_POLICY = RetryPolicy()
 
 def _status(exc: BaseException) -> int | None:
     status = getattr(exc, "status_code", None)
-    return status if isinstance(status, int) and not isinstance(status, bool) else None
+    return status if is_int(status) else None
 
 
 def is_transient(exc: BaseException, transient: tuple[type[BaseException], ...] = ()) -> bool:
@@ -392,14 +388,7 @@ def _check_options(model: object, max_output_tokens: object, retry: object, owne
     """Shared argument checks of the provider summarizers."""
     if not isinstance(model, str) or not model:
         raise ConfigurationError(f"{owner} needs a model name (str), got {model!r}")
-    if max_output_tokens is not None and (
-        not isinstance(max_output_tokens, int)
-        or isinstance(max_output_tokens, bool)
-        or max_output_tokens < 1
-    ):
-        raise ConfigurationError(
-            f"{owner}: max_output_tokens must be a positive int or None, got {max_output_tokens!r}"
-        )
+    check_int(max_output_tokens, owner, "max_output_tokens", minimum=1, optional=True)
     if not isinstance(retry, RetryPolicy):
         raise ConfigurationError(
             f"{owner}: retry must be a RetryPolicy, got {type(retry).__name__}; "

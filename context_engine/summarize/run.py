@@ -8,7 +8,6 @@ silently.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 from collections.abc import Awaitable, Sequence
 
@@ -52,10 +51,7 @@ async def call_summarizer(
         "context_engine.summary.reason": request.reason,
         "context_engine.summary.messages": len(request.messages),
     }
-    scope = (
-        telemetry.summarizer_call(summarizer, attributes) if telemetry else contextlib.nullcontext()
-    )
-    with scope:
+    with telemetry.summarizer_call(summarizer, attributes):
         awaited = None
         try:
             answer: object = summarizer(request)

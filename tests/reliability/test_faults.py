@@ -26,7 +26,7 @@ from context_engine.formats.anthropic import from_anthropic, to_anthropic
 from context_engine.formats.openai import from_openai, to_openai
 from context_engine.messages import parse_context_summary
 from context_engine.strategies import FullSummary, HardTruncate, SessionMemory
-from context_engine.telemetry import current_telemetry
+from context_engine.telemetry import Telemetry, current_telemetry
 from tests.fakes import agent_session
 from tests.reliability.support import (
     COUNTER,
@@ -461,7 +461,7 @@ async def test_cancelling_mid_summary_leaves_the_engine_as_it_was(operation: str
     assert summarizer.cancelled == 1  # the summarizer's own coroutine was cancelled too
     after = (engine.snapshot(), engine.usage, engine.consecutive_failures, engine.breaker_state)
     assert after == before
-    assert current_telemetry() is None
+    assert current_telemetry() is Telemetry.disabled()
     summarizer.mode = "ok"
     result = await getattr(engine, operation)(*arguments)
     assert result.changed
