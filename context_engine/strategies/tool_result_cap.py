@@ -94,14 +94,16 @@ def _capped(message: Message, cap: int, counter: TokenCounter) -> Message:
     }
     chars_per_token = len(text) / max(1, tokens)
     max_chars = int(cap * chars_per_token)
-    shorter = message
-    for _ in range(_ROUNDS):
+    for round_ in range(_ROUNDS + 64):
         body = preview(text, max_chars=max_chars, size=size)
         shorter = attrs.evolve(message, content=(TextBlock(body), *others), metadata=metadata)
         over = counter.count_message(shorter) - cap
         if over <= 0 or max_chars == 0:
             break
-        max_chars = max(0, max_chars - int(over * chars_per_token) - 1)
+        if round_ < _ROUNDS:  # close in by the estimated excess
+            max_chars = max(0, max_chars - int(over * chars_per_token) - 1)
+        else:  # dense text the estimate keeps missing: halve until it fits
+            max_chars //= 2
     return shorter
 
 
