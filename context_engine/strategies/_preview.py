@@ -149,7 +149,8 @@ def _assemble(
     omitted = _omitted(text, starts, head_end, tail_start, len(errors))
     marker = f"[… {omitted} omitted from this tool output; in full it is {size}"
     if errors:
-        marker += f". {len(errors)} error lines from the omitted part:]\n"
+        noun = "error line" if len(errors) == 1 else "error lines"
+        marker += f". {len(errors)} {noun} from the omitted part:]\n"
         marker += "".join(f"[line {number}] {line}\n" for number, line in errors)
         marker += "[… end of the omitted part …]"
     else:

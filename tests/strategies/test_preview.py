@@ -91,7 +91,7 @@ def test_error_lines_from_the_middle_are_kept_with_their_line_number(line: str) 
     lines[1234] = line + "\n"
     shown = preview("".join(lines), max_chars=600, size="s")
     assert f"[line 1235] {line}\n" in shown
-    assert "1 error lines from the omitted part" in shown
+    assert "1 error line from the omitted part:]" in shown
 
 
 @pytest.mark.parametrize(
@@ -164,7 +164,7 @@ def test_any_text_gives_a_deterministic_preview_with_honest_counts(
         assert shown == text
         return
     head, _, rest = shown.partition("[… ")
-    tail = rest.split("\n", 1)[1] if "error lines from" not in rest else rest.rsplit("…]\n", 1)[1]
+    tail = rest.split("\n", 1)[1] if "omitted part:]" not in rest else rest.rsplit("…]\n", 1)[1]
     head = head[:-1] if head and not text.startswith(head) else head
     assert text.startswith(head)
     assert text.endswith(tail)
