@@ -390,3 +390,33 @@ def test_generated_sessions_keep_the_invariants_and_every_cap(
         result.messages, budget_for(result.messages, counter, threshold, archiving=True)
     )
     assert not again.applied
+
+
+async def test_a_long_session_builds_each_preview_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rewrites on later calls reuse the previews made before: only new results cost work."""
+    from context_engine.strategies import tool_result_cap as module
+
+    built: list[int] = []
+    real = module.preview
+
+    def counting(text: str, *, max_chars: int, size: str) -> str:
+        built.append(len(text))
+        return real(text, max_chars=max_chars, size=size)
+
+    monkeypatch.setattr(module, "preview", counting)
+    counter = FixedTokenCounter()
+    transcript = [Message.system("You are a coding agent.")]
+    for turn in range(40):
+        transcript += [Message.user(f"Step {turn}."), call(f"c{turn}"), result(f"c{turn}", 3_000)]
+        transcript.append(Message.assistant(f"Done with step {turn}."))
+    strategy = ToolResultCap()
+    first = strategy.rewrite(transcript, budget_for(transcript, counter, 8_000))
+    assert len(first.removed) == 40
+    made = len(built)
+    assert made >= 40
+    grown = [*transcript, Message.user("One more."), call("x"), result("x", 3_000)]
+    second = strategy.rewrite(grown, budget_for(grown, counter, 8_000))
+    assert len(second.removed) == 41
+    kept = second.messages[: len(transcript)]
+    assert all(a is b for a, b in zip(first.messages, kept, strict=True))
+    assert len(built) - made == made // 40  # the new result's preview, nothing else
