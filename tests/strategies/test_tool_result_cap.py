@@ -420,3 +420,22 @@ async def test_a_long_session_builds_each_preview_once(monkeypatch: pytest.Monke
     kept = second.messages[: len(transcript)]
     assert all(a is b for a, b in zip(first.messages, kept, strict=True))
     assert len(built) - made == made // 40  # the new result's preview, nothing else
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(transcripts(max_turns=3, max_steps=4), st.integers(5_000, 40_000))
+def test_generated_sessions_through_the_engine_keep_the_invariants(
+    transcript: list[Message], window: int
+) -> None:
+    """First in a pipeline with an archive: every view keeps the invariants of DESIGN.md."""
+    engine = ContextEngine(
+        window,
+        [ToolResultCap(), HardTruncate()],
+        token_counter=FixedTokenCounter(),
+        archive=MemoryArchive(),
+        session_id="generated",
+    )
+    projection = engine.project_sync(transcript)
+    assert check_view(transcript, projection.messages) == []
+    for reference in find_references("\n".join(m.text for m in projection.messages)):
+        assert engine.recall_sync(reference)
