@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from itertools import pairwise
 
 from context_engine.messages import Message
-from context_engine.structure import CLEARED_KEY, TRIMMED_KEY, TRUNCATION_KEY
+from context_engine.structure import CAPPED_KEY, CLEARED_KEY, TRIMMED_KEY, TRUNCATION_KEY
 
 __all__ = [
     "EVIDENCE_TOKENS",
@@ -53,7 +53,7 @@ EVIDENCE_TOKENS = 1024
 # A segment whose provider/counted ratio lies outside these bounds is not a
 # tokenizer difference: the anchors describe a rewritten or different prompt.
 _PLAUSIBLE = (0.5, 2.0)
-_REWRITE_KEYS = (CLEARED_KEY, TRIMMED_KEY, TRUNCATION_KEY)
+_REWRITE_KEYS = (CAPPED_KEY, CLEARED_KEY, TRIMMED_KEY, TRUNCATION_KEY)
 # How far back to look for anchors: the walk runs on every estimate.
 _MAX_SCAN = 256
 

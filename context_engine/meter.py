@@ -17,7 +17,7 @@ from itertools import accumulate, compress, islice
 import attrs
 
 from context_engine.messages import Message, TextBlock
-from context_engine.structure import CLEARED_KEY, TRIMMED_KEY, TRUNCATION_KEY, analyze
+from context_engine.structure import CAPPED_KEY, CLEARED_KEY, TRIMMED_KEY, TRUNCATION_KEY, analyze
 from context_engine.tokens import (
     REQUEST_OVERHEAD_TOKENS,
     TokenCounter,
@@ -29,7 +29,7 @@ from context_engine.tokens import (
 
 __all__ = ["Meter", "Seen", "starts_with"]
 
-_REWRITE_KEYS = (CLEARED_KEY, TRIMMED_KEY, TRUNCATION_KEY)
+_REWRITE_KEYS = (CAPPED_KEY, CLEARED_KEY, TRIMMED_KEY, TRUNCATION_KEY)
 
 
 def _same_prefix(view: Sequence[Message], reference: Sequence[Message], length: int) -> bool:

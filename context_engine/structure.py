@@ -17,6 +17,7 @@ from context_engine.messages import Message
 
 __all__ = [
     "ARCHIVED_KEY",
+    "CAPPED_KEY",
     "CLEARED_KEY",
     "TRIMMED_KEY",
     "TRUNCATION_KEY",
@@ -28,6 +29,9 @@ __all__ = [
 
 ARCHIVED_KEY = "context_engine.archived"
 """Metadata key on a shortened message or marker: the archive references it names."""
+CAPPED_KEY = "context_engine.capped"
+"""Metadata key on a tool result `ToolResultCap` shortened to a preview; value: the
+original's size, ``{"tokens": ..., "lines": ..., "characters": ...}``."""
 CLEARED_KEY = "context_engine.cleared"
 """Metadata key on a tool result whose content microcompact replaced."""
 TRIMMED_KEY = "context_engine.trimmed"

@@ -11,6 +11,7 @@ from context_engine.strategies.light_trim import LightTrim
 from context_engine.strategies.microcompact import ToolResultMicrocompact
 from context_engine.strategies.session_memory import SessionMemory
 from context_engine.strategies.summary import FullSummary, PostSummaryHook
+from context_engine.strategies.tool_result_cap import ToolResultCap
 
 __all__ = [
     "Budget",
@@ -22,5 +23,6 @@ __all__ = [
     "SessionMemory",
     "Strategy",
     "StrategyResult",
+    "ToolResultCap",
     "ToolResultMicrocompact",
 ]
