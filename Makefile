@@ -4,7 +4,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 
 .PHONY: demo test redis-server soak lint typecheck bench bench-quick bench-peers bench-peers-quick \
-	bench-economics bench-economics-quick bench-counting clean
+	bench-economics bench-economics-quick bench-counting bench-fits clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -62,6 +62,10 @@ bench-quick: $(STAMP)
 # Heuristic, hybrid and calibrated counting error against cl100k on the dev corpus.
 bench-counting: $(STAMP)
 	$(BIN)/python benchmarks/counting_accuracy.py
+
+# Views above the threshold where a fitting view existed, dev corpus at 8k/16k/32k, four conditions.
+bench-fits: $(VENV)/.installed
+	$(BIN)/python benchmarks/fits.py
 
 # The peers (LangChain, Strands, AutoGen: the `bench` extra) live in their own
 # virtualenv so the test environment never sees them.

@@ -10,6 +10,10 @@ Call ids are unique in a transcript. Assistant messages may carry a `Usage`
 anchor whose numbers are consistent with a four-characters-per-token count of
 the prefix, the way a provider's would be with the real tokenizer.
 
+`agent_sessions()` draws the sessions that strain the promise that the view
+fits: tool results of up to 65,000 tokens, up to 24 parallel calls, one request
+of hundreds of tool steps, beside ordinary mixed sessions.
+
 `windows()` draws context-window sizes, mixing the usual model sizes with
 arbitrary ones small enough to force compaction.
 
@@ -22,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from typing import Any
 
 from hypothesis import strategies as st
 
@@ -37,7 +42,7 @@ from context_engine.messages import (
     Usage,
 )
 
-__all__ = ["COMMON_WINDOWS", "texts", "transcripts", "windows"]
+__all__ = ["COMMON_WINDOWS", "SESSION_SHAPES", "agent_sessions", "texts", "transcripts", "windows"]
 
 COMMON_WINDOWS = (8_192, 16_384, 32_768, 128_000, 200_000, 1_000_000)
 """Context windows of real models."""
@@ -86,9 +91,9 @@ def texts(draw: st.DrawFn, *, min_words: int = 1, max_words: int = 30) -> str:
     return _words(random.Random(draw(_SEEDS)), min_words, max_words)
 
 
-def _huge(rnd: random.Random) -> str:
+def _huge(rnd: random.Random, chars: tuple[int, int]) -> str:
     chunk = _words(rnd, 5, 15)
-    size = rnd.randint(4_000, 40_000)
+    size = rnd.randint(*chars)
     return (chunk + "\n") * (size // (len(chunk) + 1) + 1)
 
 
@@ -116,7 +121,17 @@ def _rough_tokens(message: Message) -> int:
 class _Builder:
     """Accumulates one transcript; hands out unique call ids and usage anchors."""
 
-    def __init__(self, draw: st.DrawFn, *, usage: bool, images: bool, huge: bool) -> None:
+    def __init__(
+        self,
+        draw: st.DrawFn,
+        *,
+        usage: bool,
+        images: bool,
+        huge: bool,
+        max_parallel: int = 4,
+        huge_chars: tuple[int, int] = (4_000, 40_000),
+        huge_every: int = 20,
+    ) -> None:
         self.draw = draw
         self.rnd: random.Random = random.Random(draw(_SEEDS))
         self.messages: list[Message] = []
@@ -126,6 +141,9 @@ class _Builder:
         self.usage = usage
         self.images = images
         self.huge = huge
+        self.widths = (1, 1, 1, *range(2, max_parallel + 1))
+        self.huge_chars = huge_chars
+        self.huge_every = huge_every
 
     def text(self, max_words: int = 30) -> str:
         return _words(self.rnd, 1, max_words)
@@ -172,11 +190,11 @@ class _Builder:
 
     def result(self, call: ToolCall) -> None:
         draw = self.draw
-        size = draw(st.integers(0, 19))
+        size = draw(st.integers(0, self.huge_every - 1))
         if size == 0:
             text = ""
         elif size == 1 and self.huge:
-            text = _huge(self.rnd)
+            text = _huge(self.rnd, self.huge_chars)
         else:
             text = self.text(60)
         blocks: list[Block] = [TextBlock(text)] if text else []
@@ -187,7 +205,7 @@ class _Builder:
     def group(self, *, answered: int | None = None) -> None:
         """One assistant message with calls and its results (the first ``answered`` only)."""
         draw = self.draw
-        count = draw(st.sampled_from((1, 1, 1, 2, 3, 4)))
+        count = draw(st.sampled_from(self.widths))
         calls = self.calls(count)
         text = self.text(12) if draw(st.booleans()) else None
         self.assistant(text, calls)
@@ -202,6 +220,7 @@ def transcripts(
     *,
     min_turns: int = 1,
     max_turns: int = 4,
+    min_steps: int = 0,
     max_steps: int = 3,
     system: bool | None = None,
     summary: bool | None = None,
@@ -209,23 +228,41 @@ def transcripts(
     usage: bool | None = None,
     images: bool = True,
     huge: bool = True,
+    max_parallel: int = 4,
+    huge_chars: tuple[int, int] = (4_000, 40_000),
+    huge_every: int = 20,
 ) -> list[Message]:
     """A realistic transcript as a list of messages.
 
     Args:
         min_turns: Fewest user turns.
         max_turns: Most user turns.
+        min_steps: Fewest tool groups in one turn.
         max_steps: Most tool groups in one turn.
         system: Force (True) or forbid (False) leading system/developer messages.
         summary: Force or forbid a leading `ContextSummary` checkpoint.
         pending: Force or forbid tool calls still waiting at the end.
         usage: Force or forbid `Usage` anchors on assistant messages.
         images: Allow image blocks in user and tool messages.
-        huge: Allow huge (4k-40k character) tool results.
+        huge: Allow huge tool results.
+        max_parallel: Most tool calls in one assistant message.
+        huge_chars: Smallest and largest size of a huge tool result, in characters.
+        huge_every: About one tool result in this many is huge (when ``huge``) and one
+            is empty; at least 3.
     """
+    if huge_every < 3:
+        raise ValueError(f"huge_every must be at least 3, got {huge_every}")
     maybe = st.booleans()
     with_usage = draw(maybe) if usage is None else usage
-    builder = _Builder(draw, usage=with_usage, images=images, huge=huge)
+    builder = _Builder(
+        draw,
+        usage=with_usage,
+        images=images,
+        huge=huge,
+        max_parallel=max_parallel,
+        huge_chars=huge_chars,
+        huge_every=huge_every,
+    )
     if draw(maybe) if system is None else system:
         roles: list[Role] = draw(
             st.lists(st.sampled_from(("system", "developer")), min_size=1, max_size=2)
@@ -246,7 +283,7 @@ def transcripts(
     ends_pending = ends_pending and turns > 0
     for turn in range(turns):
         builder.user()
-        for _ in range(draw(st.integers(0, max_steps))):
+        for _ in range(draw(st.integers(min_steps, max(min_steps, max_steps)))):
             builder.group()
         if turn < turns - 1 or not ends_pending:
             builder.assistant(builder.text())
@@ -268,3 +305,71 @@ def windows(draw: st.DrawFn, *, min_tokens: int = 512, max_tokens: int = 1_000_0
     if common:
         choices.append(st.sampled_from(common))
     return draw(st.one_of(choices))
+
+
+SESSION_SHAPES = ("mixed", "huge_results", "parallel_calls", "long_request")
+"""The kinds of session `agent_sessions` draws."""
+
+_SHAPE_OPTIONS: dict[str, dict[str, object]] = {
+    "mixed": {"max_turns": 4, "max_steps": 4},
+    # A grep or cat of a whole tree: 10k to 65k tokens, about one result in three.
+    "huge_results": {
+        "max_turns": 3,
+        "max_steps": 3,
+        "huge_chars": (40_000, 260_000),
+        "huge_every": 3,
+    },
+    "parallel_calls": {"max_turns": 2, "max_steps": 3, "max_parallel": 24},
+    # One user request an agent works on for hundreds of steps.
+    "long_request": {"min_turns": 1, "max_turns": 1, "min_steps": 100, "max_steps": 300},
+}
+
+
+@st.composite
+def agent_sessions(
+    draw: st.DrawFn, *, shapes: tuple[str, ...] = SESSION_SHAPES, usage: bool | None = None
+) -> list[Message]:
+    """A session of one of ``shapes`` (see `SESSION_SHAPES`); checkpoints, images and
+    pending calls as `transcripts` draws them.
+
+    Args:
+        shapes: The kinds of session to draw from.
+        usage: Force or forbid `Usage` anchors on assistant messages.
+    """
+    unknown = set(shapes) - set(SESSION_SHAPES)
+    if not shapes or unknown:
+        raise ValueError(f"shapes must be drawn from {SESSION_SHAPES}, got {shapes!r}")
+    shape = draw(st.sampled_from(shapes))
+    options: dict[str, Any] = _SHAPE_OPTIONS[shape]
+    return Session(draw(transcripts(usage=usage, **options)))
+
+
+def _brief(message: Message) -> str:
+    parts = []
+    for block in message.content:
+        if isinstance(block, ToolCall):
+            parts.append(f"call {block.id} {block.name}")
+        elif isinstance(block, ImageBlock):
+            parts.append("image")
+        elif isinstance(block, (TextBlock, ThinkingBlock)):
+            text = block.text if isinstance(block, TextBlock) else block.thinking
+            head = text[:24].replace("\n", " ")
+            parts.append(f"{head!r}" + (f"+{len(text) - 24:,} chars" if len(text) > 24 else ""))
+    kind = "summary" if message.is_summary else message.role
+    answers = f" {message.tool_call_id}" if message.tool_call_id else ""
+    return f"{kind}{answers}({', '.join(parts)})"
+
+
+class Session(list[Message]):
+    """A generated session: a plain list of messages whose repr stays readable.
+
+    Hypothesis prints a falsifying example with ``repr``; a 260,000-character
+    tool result would bury it, so each message shows its role, its call ids and
+    the head and size of each text.
+    """
+
+    def __repr__(self) -> str:
+        return "Session([" + ", ".join(map(_brief, self)) + "])"
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(repr(self))

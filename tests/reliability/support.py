@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Sequence
 from typing import Any
 
 from hypothesis import HealthCheck, settings
 
 from context_engine import ContextEngine, Message, SummaryRequest
+from context_engine.archive import ArchiveRecord, MemoryArchive
 from context_engine.invariants import check_view
 from context_engine.strategies import FullSummary, HardTruncate, LightTrim, ToolResultMicrocompact
 from context_engine.testing import FixedTokenCounter
@@ -118,3 +120,43 @@ class Switchable:
                 self.cancelled += 1
                 raise
         return echo_summarizer(request)
+
+
+class FlakySummarizer:
+    """Fails about one request in two, at random but reproducibly from ``seed``.
+
+    Every request is counted in `calls`, every failure in `failures`.
+    """
+
+    def __init__(self, seed: int, *, rate: float = 0.5) -> None:
+        self.random = random.Random(seed)
+        self.rate = rate
+        self.calls = 0
+        self.failures = 0
+
+    def __call__(self, request: SummaryRequest) -> str:
+        """Answer like `echo_summarizer`, or raise `ConnectionError`."""
+        self.calls += 1
+        if self.random.random() < self.rate:
+            self.failures += 1
+            raise ConnectionError("summarizer endpoint reset the connection")
+        return echo_summarizer(request)
+
+
+async def hanging_summarizer(request: SummaryRequest) -> str:
+    """Never answers: only a timeout ends the request."""
+    await asyncio.Event().wait()
+    raise AssertionError("unreachable")
+
+
+class SlowArchive(MemoryArchive):
+    """An archive whose writes succeed after ``delay`` seconds (a busy or distant store)."""
+
+    def __init__(self, delay: float = 0.01) -> None:
+        super().__init__()
+        self.delay = delay
+
+    async def put(self, session_id: str, records: Sequence[ArchiveRecord]) -> None:
+        """Wait, then store."""
+        await asyncio.sleep(self.delay)
+        await super().put(session_id, records)
