@@ -229,18 +229,18 @@ def drop_oldest_items(
 
     Items go from the block with the most items left (its first, oldest, item),
     so every section keeps its newest items as long as possible; each block
-    says how many it hides (``- (+N more)``). When only headings are left the
-    text is cut, and the part cut off counts as one dropped item. Deterministic.
+    says how many it hides (``- (+N more)``). When one item is left the text is
+    cut, and the part cut off counts as one dropped item. Deterministic.
     """
     if count_text(text) <= room:
         return text, []
     blocks = _blocks(text)
     dropped: list[str] = []
     total = count_text(_render(blocks))
-    while total > room:
-        block = max(blocks, key=lambda b: len(b.items), default=None)
-        if block is None or not block.items:
-            break
+    left = sum(len(block.items) for block in blocks)
+    while total > room and left > 1:  # the last item is cut, not dropped: a head says more
+        block = max(blocks, key=lambda b: len(b.items))
+        left -= 1
         item = block.items.pop(0)
         block.hidden += 1
         dropped.append(item)

@@ -35,12 +35,20 @@ def test_the_oldest_items_of_the_longest_section_go_first_and_the_section_counts
     assert drop_oldest_items(TEXT, len(TEXT) - 50, count) == (shorter, dropped)
 
 
-def test_when_only_headings_are_left_the_text_is_cut_and_the_rest_kept_as_dropped() -> None:
-    shorter, dropped = drop_oldest_items(TEXT, 12, count)
-    assert len(shorter) <= 12
+def test_the_last_item_left_is_cut_not_dropped_and_the_cut_off_part_is_kept() -> None:
+    shorter, dropped = drop_oldest_items(TEXT, 60, count)
+    assert len(shorter) <= 60
     assert shorter.endswith("…")
-    assert shorter[:-1] + dropped[-1] == "## Goal\n- (+1 more)\n\n## Commands run\n- (+6 more)"
-    assert len(dropped) == 6
+    whole, tail = dropped[:-1], dropped[-1]
+    assert whole == [
+        "- `pytest` one (failed)\n  - AssertionError: one",
+        "- `pytest` two (ok)",
+        "- `pytest` three (ok)",
+        "- fix the parser",
+    ]
+    assert shorter[:-1] + tail == (
+        "## Goal\n- (+1 more)\n\n## Commands run\n- `pytest` four (ok)\n- (+5 more)"
+    )
 
 
 @pytest.mark.parametrize(
