@@ -14,6 +14,7 @@ from context_engine.errors import (
     InvalidMessageError,
     RecallError,
     SummarizerError,
+    SummaryTimeoutError,
     TranscriptFormatError,
 )
 from context_engine.events import ContextUsage, RewriteEvent, RewriteStep, Snapshot, SummaryInfo
@@ -75,6 +76,7 @@ __all__ = [
     "SummarizerError",
     "SummaryInfo",
     "SummaryRequest",
+    "SummaryTimeoutError",
     "TextBlock",
     "ThinkingBlock",
     "TiktokenCounter",

@@ -10,6 +10,7 @@ The tree::
     │                                           a ``*_sync`` twin called inside a running loop
     ├── CompactionError (RuntimeError)          the pipeline failed; ``.view`` is usable
     ├── SummarizerError (RuntimeError)          a summarizer failed or returned nothing usable
+    │   └── SummaryTimeoutError                 a summary outlasted its summary-wide deadline
     └── ArchiveError (RuntimeError)             an archive store failed or holds unreadable data
         └── RecallError (LookupError)           a reference is not in this session's archive
 
@@ -34,6 +35,7 @@ __all__ = [
     "InvalidMessageError",
     "RecallError",
     "SummarizerError",
+    "SummaryTimeoutError",
     "TranscriptFormatError",
 ]
 
@@ -65,6 +67,27 @@ class BlockingCallInEventLoopError(ContextEngineError, RuntimeError):
 
 class SummarizerError(ContextEngineError, RuntimeError):
     """A summarizer raised, timed out, or returned text that cannot be a checkpoint."""
+
+
+class SummaryTimeoutError(SummarizerError):
+    """A summary made of several summarizer requests outlasted ``summary_timeout_seconds``.
+
+    The requests answered before the deadline are kept by the strategy, so the
+    next attempt resumes after them instead of paying for them again.
+
+    Attributes:
+        seconds: The summary-wide deadline that passed, in seconds.
+        finished: Summarizer requests answered (and kept) before it passed.
+    """
+
+    def __init__(self, seconds: float, finished: int) -> None:
+        super().__init__(
+            f"the summary did not finish within summary_timeout_seconds={seconds} s "
+            f"({finished} summarizer request(s) answered and kept for the next attempt); "
+            "raise summary_timeout_seconds, or a larger summarizer_window needs fewer requests"
+        )
+        self.seconds = seconds
+        self.finished = finished
 
 
 class ArchiveError(ContextEngineError, RuntimeError):

@@ -21,8 +21,8 @@ from context_engine import (
 )
 from context_engine.engine import ContextEngine, default_reserve
 from context_engine.invariants import check_view
-from context_engine.testing import FixedTokenCounter
 from context_engine.strategies import HardTruncate
+from context_engine.testing import FixedTokenCounter
 from tests.fakes import Checkpointer, Exploding, ShrinkToolResults, agent_session
 
 

@@ -8,16 +8,16 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar, TypeAlias
 
 import attrs
-import regex
 
 from context_engine._aio import maybe_await
-from context_engine._validate import non_negative_seconds, positive_int
+from context_engine._validate import positive_int, positive_seconds, share
 from context_engine.errors import ConfigurationError
 from context_engine.events import SummaryInfo
 from context_engine.messages import ContextSummary, Message
 from context_engine.redact import Redactor, redact_messages
 from context_engine.strategies.base import Budget, Removal, StrategyResult
 from context_engine.structure import analyze
+from context_engine.summarize.bound import Ask, Condensed, bound_checkpoint, with_condensed
 from context_engine.summarize.cut import (
     CutPoint,
     find_cut_point,
@@ -26,9 +26,12 @@ from context_engine.summarize.cut import (
     replaced_messages,
 )
 from context_engine.summarize.files import DEFAULT_FILE_TOOLS, FileToolRule, merge, track_files
+from context_engine.summarize.memo import SummaryMemo
 from context_engine.summarize.prompts import DEFAULT_PROMPTS, SummaryPrompts
 from context_engine.summarize.request import Summarizer
-from context_engine.summarize.run import SummaryCall, strip_images
+from context_engine.summarize.run import Deadline, SummaryCall, strip_images
+from context_engine.summarize.sections import join_prefix, split_prefix
+from context_engine.tokens import TokenCounter
 
 __all__ = ["FullSummary", "PostSummaryHook", "default_keep_recent_tokens"]
 
@@ -43,9 +46,6 @@ PostSummaryHook: TypeAlias = Callable[
 threshold, reduced by the messages of earlier hooks. Messages that do not fit
 in ``room`` are dropped (and logged).
 """
-
-_PREFIX_HEADING = "## Earlier in the current request"
-_HEADING = regex.compile(r"^(#{1,5} )", regex.MULTILINE)
 
 
 def default_keep_recent_tokens(threshold: int) -> int:
@@ -67,8 +67,20 @@ class FullSummary:
 
     The checkpoint is incremental (an existing leading checkpoint is updated
     with only the new messages), split turns keep their user message verbatim
-    and get a short summary of their early part, and the files read and
-    modified in the compacted part are listed in the checkpoint.
+    and get a short summary of their early part (one section, updated while
+    the cut stays inside the same request), and the files read and modified in
+    the compacted part are listed in the checkpoint.
+
+    Checkpoints do not grow with the session: one names the archive reference
+    of what it replaced only (its predecessor is among those originals, so
+    older references are reached through it), and one that would take more
+    than ``max_checkpoint_share`` of the threshold is condensed, oldest detail
+    first, with what was condensed out kept in its metadata
+    (`context_engine.summarize.bound`).
+
+    A summary that takes several summarizer requests keeps every answer: when
+    one request fails or the summary-wide deadline passes, the strategy
+    raises, and the next attempt resumes after the last answered request.
     """
 
     name: ClassVar[str] = "full_summary"
@@ -94,11 +106,26 @@ class FullSummary:
     post_summary_hooks: tuple[PostSummaryHook, ...] = attrs.field(default=(), converter=tuple)
     """Hooks that may add reminder messages after the checkpoint."""
     timeout_seconds: float | None = attrs.field(
-        default=300.0, validator=non_negative_seconds(optional=True, fix="0 or None waits for ever")
+        default=300.0, validator=positive_seconds(optional=True, fix="None waits for ever")
     )
-    """Time allowed for one summarizer call (async summarizers only)."""
+    """Time allowed for one summarizer request (async summarizers only); None: no limit."""
+    summary_timeout_seconds: float | None = attrs.field(
+        default=600.0, validator=positive_seconds(optional=True, fix="None waits for ever")
+    )
+    """Time allowed for the whole summary, all its requests together; past it the
+    strategy raises `SummaryTimeoutError` (the answers so far are kept for the next
+    attempt). A plain (blocking) summarizer is checked between requests. None: no limit."""
+    max_checkpoint_share: float = attrs.field(
+        default=0.2,
+        validator=share(
+            exclusive_minimum=True, fix="0.2 keeps the checkpoint under a fifth of the threshold"
+        ),
+    )
+    """Largest share of the threshold the checkpoint may take; a longer one is condensed."""
     redactor: Redactor | None = None
     """Removes secrets from everything sent to the summarizer; None sends the history as is."""
+    _memo: SummaryMemo = attrs.field(factory=SummaryMemo, init=False, eq=False, repr=False)
+    """Summarizer answers kept so a failed summary resumes where it stopped."""
 
     async def apply(
         self, transcript: Sequence[Message], view: Sequence[Message], budget: Budget
@@ -143,8 +170,12 @@ class FullSummary:
             return StrategyResult.unchanged(view, error=problem)
         text = await self._write(call, history, prefix, previous)
         removal = Removal("messages", replaced_messages(view, cut))
-        references = _references(previous, removal) if budget.archiving else ()
-        checkpoint = self._checkpoint(text, history + prefix, previous, budget.tokens, references)
+        # Its own range only: the previous checkpoint is among those originals.
+        references = (removal.reference,) if budget.archiving else ()
+        checkpoint = self._checkpoint(text, history + prefix, previous, budget, references)
+        limit = max(1, int(self.max_checkpoint_share * budget.threshold))
+        condense = _condense_by_part(call, budget.counter)
+        checkpoint = await bound_checkpoint(checkpoint, limit, budget.counter, condense)
         compacted = rebuild_view(view, cut, checkpoint)
         compacted = await self._run_hooks(compacted, cut, budget, checkpoint, started)
         after = budget.measure(compacted)
@@ -174,6 +205,8 @@ class FullSummary:
             timeout=self.timeout_seconds,
             reason=budget.reason,
             instructions=instructions,
+            memo=self._memo,
+            deadline=Deadline(self.summary_timeout_seconds),
         )
 
     async def _write(
@@ -189,11 +222,14 @@ class FullSummary:
             prefix = redact_messages(prefix, self.redactor)
             text = self.redactor.redact(text) if text is not None else None
         if history:
+            # Whole turns: the earlier request's summary, if any, is folded in with them.
             text, _ = await call.summarize(history, text)
         if prefix:
-            turn, _ = await call.summarize(prefix, None, kind="turn_prefix")
-            turn = _HEADING.sub(r"#\1", turn)  # its sections nest under the prefix heading
-            text = f"{text}\n\n{_PREFIX_HEADING}\n{turn}" if text else f"{_PREFIX_HEADING}\n{turn}"
+            # Still the request the previous checkpoint's section is about (no whole
+            # turn came between): that section is updated, not repeated.
+            body, earlier = split_prefix(text) if not history else (text, None)
+            turn, _ = await call.summarize(prefix, earlier, kind="turn_prefix")
+            text = join_prefix(body, turn)
         assert text is not None
         return text
 
@@ -202,19 +238,23 @@ class FullSummary:
         text: str,
         compacted: tuple[Message, ...],
         previous: Message | None,
-        tokens_before: int,
+        budget: Budget,
         references: tuple[str, ...],
     ) -> ContextSummary:
         activity = track_files(compacted, self.file_tools)
         if isinstance(previous, ContextSummary):
             activity = merge(previous.read_files, previous.modified_files, activity)
-        return ContextSummary(
+        checkpoint = ContextSummary(
             summary=text,
-            tokens_before=tokens_before,
+            tokens_before=budget.tokens,
             read_files=activity.read,
             modified_files=activity.modified,
             references=references,
         )
+        # With an archive the previous checkpoint, metadata included, is recallable
+        # under this one's reference; without one, what it condensed out travels on.
+        carried = Condensed() if budget.archiving else Condensed.of(previous)
+        return with_condensed(checkpoint, carried)
 
     async def _run_hooks(
         self,
@@ -277,10 +317,25 @@ class FullSummary:
         )
 
 
-def _references(previous: Message | None, removal: Removal) -> tuple[str, ...]:
-    """The references a checkpoint names: its predecessor's, then its own range's."""
-    earlier = previous.references if isinstance(previous, ContextSummary) else ()
-    return (*earlier, removal.reference)
+def _condense_by_part(call: SummaryCall, counter: TokenCounter) -> Ask:
+    """Asks the summarizer to condense the body and the current request's section apart.
+
+    Each part gets a share of ``max_tokens`` in proportion to its size, so the
+    checkpoint keeps its layout (one section on the current request, last).
+    """
+
+    async def condense(text: str, max_tokens: int) -> str:
+        body, prefix = split_prefix(text)
+        if prefix is None:
+            return await call.condense(text, max_tokens)
+        if body is None:
+            return join_prefix(None, await call.condense(prefix, max_tokens))
+        body_tokens, prefix_tokens = counter.count_text(body), counter.count_text(prefix)
+        share = max(1, max_tokens * body_tokens // max(1, body_tokens + prefix_tokens))
+        shorter_body = await call.condense(body, share)
+        return join_prefix(shorter_body, await call.condense(prefix, max(1, max_tokens - share)))
+
+    return condense
 
 
 def _check_hook_messages(messages: tuple[Message, ...]) -> None:

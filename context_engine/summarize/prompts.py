@@ -62,6 +62,23 @@ tried, what was found, what changed, what failed. Be brief and concrete. Put the
 text inside <summary></summary>."""
 
 
+_TURN_PREFIX_UPDATE = """\
+The agent already has the summary in <previous-summary> of the beginning of the
+user's current request. The conversation below holds the steps that followed it;
+the agent keeps working on the request and will still see the request itself
+and the most recent steps. Write the updated summary of everything these steps
+established, earlier summary included: what was tried, found, changed and
+failed. Be brief and concrete; merge rather than append. Put the text inside
+<summary></summary>."""
+
+_CONDENSE = """\
+The checkpoint in <previous-summary> is too long for the room it has in the
+agent's context. Rewrite it shorter: keep the same headings, the goal, the
+constraints, the files, unresolved errors and the next steps; merge or drop the
+oldest and least useful details first. Put the checkpoint inside
+<summary></summary>."""
+
+
 @attrs.frozen(kw_only=True)
 class SummaryPrompts:
     """The prompt texts; override any of them for another domain.
@@ -71,12 +88,18 @@ class SummaryPrompts:
         summary: Task for a first checkpoint.
         update: Task for updating an existing checkpoint.
         turn_prefix: Task for the short summary of a split turn's early part.
+        turn_prefix_update: Task for updating that summary with the steps
+            that followed it (a long request compacted several times).
+        condense: Task for shortening a checkpoint that is over its share of
+            the window.
     """
 
     system: str = _SYSTEM
     summary: str = _SUMMARY
     update: str = _UPDATE
     turn_prefix: str = _TURN_PREFIX
+    turn_prefix_update: str = _TURN_PREFIX_UPDATE
+    condense: str = _CONDENSE
 
 
 DEFAULT_PROMPTS = SummaryPrompts()
@@ -93,23 +116,29 @@ def build_request(
     prompts: SummaryPrompts = DEFAULT_PROMPTS,
     max_tool_result_chars: int = 2000,
 ) -> SummaryRequest:
-    """A `SummaryRequest` whose ``prompt_messages`` carry the serialized ``messages``."""
-    if kind == "turn_prefix":
-        task = prompts.turn_prefix
-    else:
-        task = prompts.update if previous_summary is not None else prompts.summary
-    sections = [task]
+    """A `SummaryRequest` whose ``prompt_messages`` carry the serialized ``messages``.
+
+    ``previous_summary``, when given, travels in a ``<previous-summary>`` block
+    and picks the update form of the task. A ``condense`` request carries no
+    conversation, only the text to shorten and the budget to shorten it to.
+    """
+    sections = [_task(prompts, kind, updating=previous_summary is not None)]
+    if kind == "condense":
+        sections.append(f"Stay under {max_tokens} tokens.")
     if instructions:
         sections.append(
             "The user asked this checkpoint to pay particular attention to the following "
             f"(a request about focus, not a new task):\n<instructions>\n"
             f"{escape_block_tags(instructions)}\n</instructions>"
         )
-    if previous_summary is not None and kind == "history":
+    if previous_summary is not None:
         sections.append(
             f"<previous-summary>\n{escape_block_tags(previous_summary)}\n</previous-summary>"
         )
-    sections.append(serialize_conversation(messages, max_tool_result_chars=max_tool_result_chars))
+    if kind != "condense":
+        sections.append(
+            serialize_conversation(messages, max_tool_result_chars=max_tool_result_chars)
+        )
     options = {
         "kind": kind,
         "previous_summary": previous_summary,
@@ -133,3 +162,11 @@ def build_request(
         max_tokens=max_tokens,
         rebuild=rebuild,
     )
+
+
+def _task(prompts: SummaryPrompts, kind: SummaryKind, *, updating: bool) -> str:
+    if kind == "condense":
+        return prompts.condense
+    if kind == "turn_prefix":
+        return prompts.turn_prefix_update if updating else prompts.turn_prefix
+    return prompts.update if updating else prompts.summary

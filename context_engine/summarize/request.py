@@ -20,7 +20,7 @@ __all__ = [
 ]
 
 SummaryReason: TypeAlias = Literal["threshold", "manual", "overflow"]
-SummaryKind: TypeAlias = Literal["history", "turn_prefix"]
+SummaryKind: TypeAlias = Literal["history", "turn_prefix", "condense"]
 
 
 @attrs.frozen(kw_only=True)
@@ -32,11 +32,15 @@ class SummaryRequest:
             by placeholders), oldest first.
         prompt_messages: Ready-to-send prompt for a chat model: a system message
             and a user message holding the serialized conversation as data.
-        previous_summary: The text of the checkpoint being updated, or None.
+        previous_summary: The text being updated (the running checkpoint, or the
+            earlier summary of the current request for ``turn_prefix``), or None.
         instructions: What the user asked the checkpoint to focus on (``/compact``), or None.
         reason: ``threshold``, ``manual`` or ``overflow``.
-        kind: ``history`` (the checkpoint itself) or ``turn_prefix`` (the short
-            summary of the early part of a turn the cut fell inside).
+        kind: ``history`` (the checkpoint itself), ``turn_prefix`` (the short
+            summary of the early part of a turn the cut fell inside) or
+            ``condense`` (``previous_summary`` is too long for the checkpoint's
+            share of the window: shorten it to ``max_tokens``, oldest detail
+            first; ``messages`` is empty).
         max_tokens: Output budget for the answer.
     """
 

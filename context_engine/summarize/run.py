@@ -2,20 +2,24 @@
 
 A history too large for one summarizer call is summarized in chunks, oldest
 first, each chunk updating the running checkpoint, so nothing old is dropped
-silently.
+silently. Every answer is kept in the strategy's `SummaryMemo`, so a summary
+that fails halfway resumes after its last answered request; a `Deadline`
+bounds the whole summary besides the per-request timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 from collections.abc import Awaitable, Sequence
 
 import attrs
 
-from context_engine.errors import SummarizerError
+from context_engine.errors import SummarizerError, SummaryTimeoutError
 from context_engine.messages import ImageBlock, Message, TextBlock
 from context_engine.structure import analyze
+from context_engine.summarize.memo import SummaryMemo, request_key
 from context_engine.summarize.prompts import SummaryPrompts, build_request
 from context_engine.summarize.request import (
     Summarizer,
@@ -28,7 +32,7 @@ from context_engine.summarize.serialize import IMAGE_PLACEHOLDER, serialize_mess
 from context_engine.telemetry import current_telemetry
 from context_engine.tokens import TokenCounter
 
-__all__ = ["SummaryCall", "call_summarizer", "chunk_history", "strip_images"]
+__all__ = ["Deadline", "SummaryCall", "call_summarizer", "chunk_history", "strip_images"]
 
 # Room kept in the summarizer's window for the prompt's own framing.
 _FRAMING_TOKENS = 512
@@ -142,6 +146,37 @@ def chunk_history(
     return chunks
 
 
+@attrs.define
+class Deadline:
+    """A summary-wide deadline, started when it is made, and the requests answered before it.
+
+    Attributes:
+        seconds: Time allowed for the whole summary; None: no deadline.
+        finished: Summarizer requests answered so far (memo hits not included).
+    """
+
+    seconds: float | None
+    finished: int = 0
+    _ends: float | None = attrs.field(init=False)
+
+    @_ends.default
+    def _start(self) -> float | None:
+        return None if self.seconds is None else time.monotonic() + self.seconds
+
+    def remaining(self) -> float | None:
+        """Seconds left (0 once passed), or None without a deadline."""
+        return None if self._ends is None else max(0.0, self._ends - time.monotonic())
+
+    def passed(self) -> bool:
+        """Whether the deadline has passed."""
+        return self.remaining() == 0.0
+
+    def error(self) -> SummaryTimeoutError:
+        """The error raised once the deadline has passed."""
+        assert self.seconds is not None
+        return SummaryTimeoutError(self.seconds, self.finished)
+
+
 @attrs.frozen(kw_only=True)
 class SummaryCall:
     """How one strategy talks to its summarizer."""
@@ -155,11 +190,23 @@ class SummaryCall:
     timeout: float | None
     reason: SummaryReason
     instructions: str | None
+    memo: SummaryMemo = attrs.field(factory=SummaryMemo)
+    """Answers kept across attempts (the strategy's own memo)."""
+    deadline: Deadline = attrs.field(factory=lambda: Deadline(None))
+    """The summary-wide deadline, shared by every request of this call."""
 
     async def summarize(
         self, messages: Sequence[Message], previous: str | None, kind: SummaryKind = "history"
     ) -> tuple[str, int]:
-        """The checkpoint text for ``messages`` (updating ``previous``), and the number of calls."""
+        """The text for ``messages`` (updating ``previous``), and the number of chunks.
+
+        Each chunk updates the running text, for a turn prefix as for the history,
+        so a request compacted many times keeps one summary of its early part.
+
+        Raises:
+            SummarizerError: a request failed (the answers before it are kept in
+                ``memo``); `SummaryTimeoutError` once ``deadline`` has passed.
+        """
         running = previous
         chunks = chunk_history(
             messages,
@@ -168,20 +215,55 @@ class SummaryCall:
             max_tool_result_chars=self.max_tool_result_chars,
         )
         for chunk in chunks:
-            request = build_request(
-                chunk,
-                kind=kind,
-                previous_summary=running if kind == "history" else None,
-                instructions=self.instructions,
-                reason=self.reason,
-                max_tokens=self.max_summary_tokens,
-                prompts=self.prompts,
-                max_tool_result_chars=self.max_tool_result_chars,
-            )
-            text = await call_summarizer(self.summarizer, request, self.timeout)
-            running = text if kind == "history" or running is None else f"{running}\n{text}"
+            running = await self._ask(self._request(chunk, kind, running, self.max_summary_tokens))
         assert running is not None
         return running, len(chunks)
+
+    async def condense(self, text: str, max_tokens: int) -> str:
+        """``text`` rewritten by the summarizer to at most about ``max_tokens`` tokens.
+
+        Raises:
+            SummarizerError: the request failed; `SummaryTimeoutError` past the deadline.
+        """
+        return await self._ask(self._request((), "condense", text, max(1, max_tokens)))
+
+    def _request(
+        self, messages: Sequence[Message], kind: SummaryKind, previous: str | None, max_tokens: int
+    ) -> SummaryRequest:
+        return build_request(
+            messages,
+            kind=kind,
+            previous_summary=previous,
+            instructions=self.instructions,
+            reason=self.reason,
+            max_tokens=max_tokens,
+            prompts=self.prompts,
+            max_tool_result_chars=self.max_tool_result_chars,
+        )
+
+    async def _ask(self, request: SummaryRequest) -> str:
+        """One request: from the memo when answered before, else from the summarizer."""
+        key = request_key(request)
+        kept = self.memo.get(key)
+        if kept is not None:
+            return kept
+        deadline = self.deadline
+        if deadline.passed():
+            raise deadline.error()
+        remaining = deadline.remaining()
+        if remaining is not None:  # never 0: call_summarizer reads 0 as "no timeout"
+            remaining = max(remaining, 0.001)
+        timeout = self.timeout if remaining is None else min(self.timeout or remaining, remaining)
+        try:
+            text = await call_summarizer(self.summarizer, request, timeout)
+        except SummarizerError as exc:
+            if deadline.passed() and isinstance(exc.__cause__, TimeoutError):
+                raise deadline.error() from exc
+            raise
+        # Kept even past the deadline: it is paid for, and the next attempt starts after it.
+        self.memo.put(key, text)
+        deadline.finished += 1
+        return text
 
     def window_problem(self) -> str | None:
         """Why the summarizer's window cannot hold a useful chunk, or None when it can."""

@@ -101,7 +101,11 @@ async def test_rewrite_event_and_summary_info_list_the_references_they_created()
     assert checkpoint.references[-1] in stored
 
 
-async def test_a_checkpoint_carries_the_references_of_the_checkpoints_before_it() -> None:
+async def test_a_checkpoint_names_its_own_range_and_reaches_older_ones_through_the_previous() -> (
+    None
+):
+    """One reference per checkpoint; recalling it returns the previous checkpoint, which names
+    the older one, so every original stays reachable without the list growing."""
     engine = engine_with(MemoryArchive(), window=4_000)
     transcript = agent_session(40)
     first = await engine.project(transcript)
@@ -111,10 +115,14 @@ async def test_a_checkpoint_carries_the_references_of_the_checkpoints_before_it(
     second = await engine.compact(grown)
     old = next(m for m in first.commit if isinstance(m, ContextSummary))
     new = next(m for m in second.messages if isinstance(m, ContextSummary))
-    assert new.references[: len(old.references)] == old.references
-    assert len(new.references) == len(old.references) + 1
-    recalled = await engine.recall(new.references[-1])
+    assert len(old.references) == len(new.references) == 1
+    assert new.references != old.references
+    recalled = await engine.recall(new.references[0])
     assert old in recalled  # the older checkpoint is part of the range the new one replaced
+    assert [m for m in recalled if isinstance(m, ContextSummary)] == [old]
+    older = await engine.recall(old.references[0])
+    assert transcript[2] in older
+    assert await assert_removed_are_recallable(engine, [*transcript, *grown], second.messages) > 0
 
 
 async def test_recall_of_another_sessions_reference_is_refused() -> None:
