@@ -253,20 +253,21 @@ class ContextEngine:
     ) -> ContextEngine:
         """The recommended pipeline.
 
-        Tool-result microcompact, light trim, session memory (when ``seed`` is
-        given), full summary (when ``summarizer`` is given; ``redactor`` removes
-        secrets from what it is sent), hard truncate. ``options`` go to the
-        constructor.
+        Tool-result cap, tool-result microcompact, light trim, session memory
+        (when ``seed`` is given), full summary (when ``summarizer`` is given;
+        ``redactor`` removes secrets from what it is sent), hard truncate.
+        ``options`` go to the constructor.
         """
         from context_engine.strategies import (
             FullSummary,
             HardTruncate,
             LightTrim,
             SessionMemory,
+            ToolResultCap,
             ToolResultMicrocompact,
         )
 
-        strategies: list[Strategy] = [ToolResultMicrocompact(), LightTrim()]
+        strategies: list[Strategy] = [ToolResultCap(), ToolResultMicrocompact(), LightTrim()]
         if seed is not None:
             strategies.append(SessionMemory(seed=seed))
         if summarizer is not None:
@@ -603,6 +604,41 @@ class ContextEngine:
             )
         result: RecoveryResult = await self._run("recover_overflow", messages, error=error)
         return result
+
+    async def cap_tool_result(self, message: Message) -> Message:
+        """``message`` capped the way `ToolResultCap` caps it, for storing in the transcript.
+
+        Call it when a tool result arrives, so the transcript itself stays small.
+        The cap is `ToolResultCap`'s default limit under this engine's threshold.
+        With an archive, the original is stored first and the preview names its
+        reference; when the store fails, ``message`` comes back unchanged (the
+        transcript must keep what could not be archived).
+
+        Raises:
+            InvalidMessageError: ``message`` is not a `Message`.
+        """
+        from context_engine.strategies.tool_result_cap import ToolResultCap, cap_tool_result
+
+        limit = ToolResultCap().limit(self.threshold)
+        archiving = self._archive is not None
+        capped, removal = cap_tool_result(
+            message, max_tokens=limit, counter=self.counter, archiving=archiving
+        )
+        if removal is None or self._archive is None or self._session_id is None:
+            return capped
+        try:
+            await asyncio.wait_for(
+                keep_originals(self._archive, self._session_id, (removal,)),
+                self._archive_timeout,
+            )
+        except (ArchiveError, asyncio.TimeoutError) as exc:
+            logger.warning(
+                "session=<%s> | archive write failed; tool result kept whole: %s",
+                self._session_id,
+                exc or "timed out",
+            )
+            return message
+        return capped
 
     async def recall(self, reference: str) -> tuple[Message, ...]:
         """The originals a placeholder, marker or checkpoint of this session names.

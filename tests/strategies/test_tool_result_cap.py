@@ -439,3 +439,25 @@ def test_generated_sessions_through_the_engine_keep_the_invariants(
     assert check_view(transcript, projection.messages) == []
     for reference in find_references("\n".join(m.text for m in projection.messages)):
         assert engine.recall_sync(reference)
+
+
+async def test_engine_cap_tool_result_archives_the_original_and_stores_a_preview() -> None:
+    """`engine.cap_tool_result` keeps the transcript small and the original recallable."""
+    from context_engine.testing import FixedTokenCounter
+
+    engine = ContextEngine.default(
+        8_000, archive=MemoryArchive(), session_id="s1", token_counter=FixedTokenCounter()
+    )
+    huge = Message.tool("call_1", "\n".join(f"match {i}: src/x.py" for i in range(20_000)))
+    capped = await engine.cap_tool_result(huge)
+    assert engine.counter.count_message(capped) < engine.threshold // 3
+    reference = capped.metadata["context_engine.archived"][0]
+    assert await engine.recall(reference) == (huge,)
+    small = Message.tool("call_2", "ok")
+    assert await engine.cap_tool_result(small) is small
+
+
+def test_the_default_pipeline_caps_tool_results_first() -> None:
+    """`ContextEngine.default` puts `ToolResultCap` before every other strategy."""
+    names = [s.name for s in ContextEngine.default(8_000).strategies]
+    assert names[0] == "tool_result_cap"
