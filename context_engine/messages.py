@@ -16,6 +16,7 @@ from typing import Any, Literal, TypeAlias
 import attrs
 import regex
 
+from context_engine._memo import TOOL_CALLS, memoized
 from context_engine._validate import is_int
 from context_engine.errors import InvalidMessageError
 
@@ -203,21 +204,10 @@ class Message:
     stop_reason: str | None = None
     metadata: Mapping[str, Any] = attrs.field(factory=dict, converter=_to_metadata, hash=False)
     timestamp: _dt.datetime | None = attrs.field(default=None, converter=_to_timestamp)
-    # Token counts by counter key; filled lazily, never part of the value.
-    _token_cache: dict[str, int] = attrs.field(
+    # What is derived from this message and kept on it (token counts, digest, tool
+    # calls, strategies' copies); owned by context_engine._memo, never part of the value.
+    _memo: dict[Hashable, Any] = attrs.field(
         factory=dict, init=False, eq=False, hash=False, repr=False
-    )
-    # The archive digest of the message (context_engine.archive.reference), computed once.
-    _digest: str | None = attrs.field(default=None, init=False, eq=False, hash=False, repr=False)
-    # The tool calls, derived once from the (immutable) content on first use.
-    _calls: tuple[ToolCall, ...] | None = attrs.field(
-        default=None, init=False, eq=False, hash=False, repr=False
-    )
-    # What strategies derived from this message (a cleared tool result, a trimmed
-    # text), by a key naming the rewrite (`strategies.base.derived_copy`): a rewrite
-    # above the threshold then rebuilds the same view from the same objects.
-    _derived: dict[Hashable, object] | None = attrs.field(
-        default=None, init=False, eq=False, hash=False, repr=False
     )
 
     def __attrs_post_init__(self) -> None:
@@ -292,16 +282,16 @@ class Message:
     @property
     def tool_calls(self) -> tuple[ToolCall, ...]:
         """The tool calls in this message, in order."""
-        calls = self._calls
-        if calls is None:
-            calls = tuple(b for b in self.content if isinstance(b, ToolCall))
-            object.__setattr__(self, "_calls", calls)
-        return calls
+        return memoized(self, TOOL_CALLS, _tool_calls)
 
     @property
     def is_summary(self) -> bool:
         """True for a `ContextSummary` checkpoint."""
         return False
+
+
+def _tool_calls(message: Message) -> tuple[ToolCall, ...]:
+    return tuple(b for b in message.content if isinstance(b, ToolCall))
 
 
 _SUMMARY_OPEN = "<context-summary"

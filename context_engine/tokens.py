@@ -3,10 +3,15 @@
 Counts are cached twice, so that a call which appends one step to a long
 history only tokenizes that step:
 
-* on the message object itself (free when the caller passes the same objects
-  again, the usual agent loop), and
-* in a bounded content-keyed cache on the counter (when the caller rebuilds
-  equal message objects on every call, as format converters do).
+* on the message object itself (`context_engine._memo`; free when the caller
+  passes the same objects again, the usual agent loop), and
+* on the counter, by content (when the caller rebuilds equal message objects
+  on every call, as format converters do): by weak reference for as long as an
+  equal message is alive (the engine holds the previous call's objects), and
+  in a small LRU of recent contents bounded by bytes (`_CONTENT_CACHE_BYTES`).
+
+Neither keeps a message alive, so a dropped session takes its counts with it,
+and what stays in the LRU is at most its byte bound.
 """
 
 from __future__ import annotations
@@ -15,8 +20,9 @@ import functools
 import logging
 import math
 import os
+import sys
 import threading
-from collections import OrderedDict
+import weakref
 from collections.abc import Sequence
 from itertools import accumulate
 from typing import Protocol, runtime_checkable
@@ -25,6 +31,8 @@ import attrs
 
 from context_engine._calibration import calibration_ratio
 from context_engine._heuristic import estimate_tokens
+from context_engine._lru import ByteLRU
+from context_engine._memo import keep_tokens, tokens
 from context_engine._validate import check_int
 from context_engine.errors import ConfigurationError
 from context_engine.messages import ImageBlock, Message, TextBlock, ThinkingBlock, ToolCall
@@ -58,7 +66,10 @@ TOOL_CALL_OVERHEAD_TOKENS = 3
 REQUEST_OVERHEAD_TOKENS = 3
 # A 1024x1024 image at OpenAI's high detail; providers differ, all are estimates.
 DEFAULT_IMAGE_TOKENS = 765
-_CONTENT_CACHE_SIZE = 65_536
+# Text (and image data) a counter keeps of recently counted contents, in bytes.
+_CONTENT_CACHE_BYTES = 8 * 1024 * 1024
+# What a block costs in the LRU besides its text: the objects around it.
+_BLOCK_BYTES = 64
 
 
 @runtime_checkable
@@ -91,7 +102,12 @@ class _CachingCounter:
     def __init__(self, *, image_tokens: int = DEFAULT_IMAGE_TOKENS) -> None:
         check_int(image_tokens, type(self).__name__, "image_tokens")
         self.image_tokens = image_tokens
-        self._by_content: OrderedDict[Message, int] = OrderedDict()
+        # Weak keys: an entry lives as long as its message, and an equal message
+        # finds it (weak references compare by their live referents).
+        self._by_message: weakref.WeakKeyDictionary[Message, int] = weakref.WeakKeyDictionary()
+        # The count depends on the name and the blocks only; keyed by those, an
+        # entry holds neither the message nor what is derived from it.
+        self._by_content: ByteLRU[int] = ByteLRU(_CONTENT_CACHE_BYTES)
         self._lock = threading.Lock()
 
     def count_text(self, text: str) -> int:
@@ -99,21 +115,25 @@ class _CachingCounter:
 
     def count_message(self, message: Message) -> int:
         """Tokens of one message, framing included (cached)."""
-        cache = message._token_cache
-        cached = cache.get(self.key)
+        key = self.key
+        cached = tokens(message, key)
         if cached is not None:
             return cached
+        by_message = self._by_message
         with self._lock:
-            cached = self._by_content.get(message)
+            cached = by_message.pop(message, None)
             if cached is not None:
-                self._by_content.move_to_end(message)
+                # Keyed anew by the newest equal object: the one likely to outlive the others.
+                by_message[message] = cached
         if cached is None:
-            cached = self._count_uncached(message)
+            content = (message.name, message.content)
+            cached = self._by_content.get(content)
+            if cached is None:
+                cached = self._count_uncached(message)
+                self._by_content.put(content, cached, _content_bytes(message))
             with self._lock:
-                self._by_content[message] = cached
-                if len(self._by_content) > _CONTENT_CACHE_SIZE:
-                    self._by_content.popitem(last=False)
-        cache[self.key] = cached
+                by_message[message] = cached
+        keep_tokens(message, key, cached)
         return cached
 
     def _count_uncached(self, message: Message) -> int:
@@ -134,6 +154,22 @@ class _CachingCounter:
             elif isinstance(block, ImageBlock):
                 total += self.image_tokens
         return total
+
+
+def _content_bytes(message: Message) -> int:
+    """About what keeping ``message``'s name and blocks costs: their strings and a bit per block."""
+    strings: list[str | None] = [message.name]
+    for block in message.content:
+        if isinstance(block, TextBlock):
+            strings.append(block.text)
+        elif isinstance(block, ThinkingBlock):
+            strings += (block.thinking, block.signature)
+        elif isinstance(block, ToolCall):
+            strings += (block.id, block.name, block.arguments)
+        else:
+            strings += (block.url, block.data)
+    held = sum(sys.getsizeof(string) for string in strings if string is not None)
+    return held + _BLOCK_BYTES * len(message.content)
 
 
 class TiktokenCounter(_CachingCounter):

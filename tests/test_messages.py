@@ -19,6 +19,7 @@ from context_engine import (
     ToolCall,
     Usage,
 )
+from context_engine.archive.reference import message_digest
 from context_engine.messages import parse_context_summary
 from context_engine.testing import FixedTokenCounter
 
@@ -224,18 +225,17 @@ def test_metadata_is_copied_at_construction() -> None:
     assert message.metadata == {"k": 1}
 
 
-def test_equality_and_hash_ignore_the_token_cache(counter: FixedTokenCounter) -> None:
-    """A message whose tokens were counted equals and hashes like a fresh copy."""
+def test_equality_hash_and_repr_ignore_what_is_derived(counter: FixedTokenCounter) -> None:
+    """A message whose tokens, digest and tool calls were derived equals a fresh copy."""
     counted = Message.assistant("some text", tool_calls=[CALL])
     fresh = Message.assistant("some text", tool_calls=[CALL])
-    tokens = counter.count_message(counted)
-    assert tokens > 0
-    assert counted._token_cache == {counter.key: tokens}
-    assert fresh._token_cache == {}
+    assert counter.count_message(counted) > 0
+    assert message_digest(counted) == message_digest(Message.assistant("some text", [CALL]))
+    assert counted.tool_calls == (CALL,)
     assert counted == fresh
     assert hash(counted) == hash(fresh)
     assert len({counted, fresh}) == 1
-    assert "_token_cache" not in repr(counted)
+    assert repr(counted) == repr(fresh)
 
 
 def test_metadata_counts_for_equality_but_not_for_hashing() -> None:

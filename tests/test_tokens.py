@@ -5,8 +5,10 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
+import tracemalloc
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -745,3 +747,40 @@ def test_last_usage_index_finds_the_newest_assistant_with_usage(
     messages: list[Message], index: int
 ) -> None:
     assert last_usage_index(messages) == index
+
+
+def test_dropped_contents_hold_at_most_the_counter_byte_bound() -> None:
+    """Counting 20 MB of messages that are then dropped leaves at most the bound held."""
+    counter = HeuristicCounter()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for n in range(200):
+            counter.count_message(Message.tool(f"call_{n}", f"result {n}\n" + "x" * 100_000))
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held <= tokens_module._CONTENT_CACHE_BYTES * 1.1
+
+
+def test_rebuilt_messages_beyond_the_byte_bound_hit_while_equal_ones_are_alive(
+    exact: TiktokenCounter, spy: list[str]
+) -> None:
+    """A history larger than the LRU is not tokenized again while the last copy is held.
+
+    As with an engine, which remembers the previous call's messages while a
+    converter rebuilds them for the next one.
+    """
+    texts = [f"result {n}\n" + "word " * 20_000 for n in range(100)]  # about 10 MB
+    previous = [Message.user(text) for text in texts]
+    estimate_usage(previous, exact)
+    assert len(spy) == 100
+    spy.clear()
+    for _ in range(3):
+        rebuilt = [Message.user(text) for text in texts]
+        estimate_usage(rebuilt, exact)
+        previous = rebuilt
+    assert spy == []
+    assert len(previous) == 100

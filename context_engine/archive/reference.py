@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import regex
 
+from context_engine._memo import DIGEST, memoized
 from context_engine.archive.codec import encode_messages
 from context_engine.messages import Message
 
@@ -25,12 +26,12 @@ REFERENCE_PATTERN = regex.compile(r"\barc-[0-9a-f]{20}\b")
 
 
 def message_digest(message: Message) -> str:
-    """SHA-256 of one message's canonical encoding, cached on the message."""
-    digest = message._digest
-    if digest is None:
-        digest = hashlib.sha256(encode_messages((message,)).encode()).hexdigest()
-        object.__setattr__(message, "_digest", digest)
-    return digest
+    """SHA-256 of one message's canonical encoding, kept on the message."""
+    return memoized(message, DIGEST, _digest)
+
+
+def _digest(message: Message) -> str:
+    return hashlib.sha256(encode_messages((message,)).encode()).hexdigest()
 
 
 def reference_for(originals: Sequence[Message]) -> str:

@@ -8,6 +8,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 import attrs
 
+from context_engine._memo import memoized
 from context_engine._validate import Validator, share
 from context_engine.archive.base import RecordKind
 from context_engine.archive.reference import reference_for
@@ -119,6 +120,10 @@ def reference_note(reference: str) -> str:
     return f"[Original archived as {reference}; the recall_context tool returns it.]"
 
 
+# Marks the keys of `derived_copy`'s values in a message's memo (`context_engine._memo`).
+_COPY = "context_engine.derived_copy"
+
+
 def derived_copy(
     message: Message, key: Hashable, make: Callable[..., Message], *args: object
 ) -> Message:
@@ -131,20 +136,8 @@ def derived_copy(
     everything the copy depends on besides ``message`` (the placeholder text,
     the trim sizes); ``make`` must not return ``message`` itself.
     """
-    derived = _derived(message)
-    copy = derived.get(key)
-    if not isinstance(copy, Message):
-        copy = derived[key] = make(message, *args)
-    return copy
-
-
-def _derived(message: Message) -> dict[Hashable, object]:
-    """The message's private cache of what strategies derived from it."""
-    derived = message._derived
-    if derived is None:
-        derived = {}
-        object.__setattr__(message, "_derived", derived)
-    return derived
+    # Under a key of its own, so no ``key`` can collide with other memoized values.
+    return memoized(message, (_COPY, key), make, *args)
 
 
 def _with_reference(reference: str) -> Callable[[Message], Message]:
@@ -202,7 +195,7 @@ class StrategyResult:
         return cls(messages=tuple(view), applied=False, error=error)
 
 
-# Marks the keys of `replace_oldest_first`'s memo in a message's derived cache.
+# Marks the keys of `replace_oldest_first`'s values in a message's memo.
 _STEP = "context_engine.replace_oldest_first"
 
 
@@ -262,11 +255,10 @@ def replace_oldest_first(
         if saved >= goal:
             break
         original = view[index]
-        step = None if key is None or original._derived is None else original._derived.get(key)
-        if not isinstance(step, _Step):
+        if key is None:
             step = _shorten(original, make, kind, budget.archiving, count)
-            if key is not None:
-                _derived(original)[key] = step
+        else:
+            step = memoized(original, key, _shorten, make, kind, budget.archiving, count)
         if step.saved <= 0:
             continue
         messages[index] = step.shorter

@@ -15,11 +15,13 @@ import datetime as _dt
 import functools
 import json
 import logging
+import sys
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, ClassVar, TypeAlias
 
 import attrs
 
+from context_engine._lru import ByteLRU
 from context_engine._validate import non_negative_int
 from context_engine.errors import ConfigurationError
 from context_engine.messages import Message, TextBlock, ToolCall
@@ -86,9 +88,22 @@ def _idle_threshold(
         )
 
 
-@functools.lru_cache(maxsize=4096)
+# Bounded by bytes: arguments can be whole files (a write_file call), and this
+# memo outlives every session that fed it.
+_CANONICAL_ARGUMENTS: ByteLRU[str] = ByteLRU(max_bytes=4 * 1024 * 1024)
+
+
 def _canonical_arguments(arguments: str) -> str:
     """The arguments JSON in one spelling, so ``{"a":1}`` and ``{ "a": 1 }`` match."""
+    canonical = _CANONICAL_ARGUMENTS.get(arguments)
+    if canonical is None:
+        canonical = _canonical(arguments)
+        size = sys.getsizeof(arguments) + sys.getsizeof(canonical)
+        _CANONICAL_ARGUMENTS.put(arguments, canonical, size)
+    return canonical
+
+
+def _canonical(arguments: str) -> str:
     try:
         parsed = json.loads(arguments)
     except ValueError:

@@ -10,7 +10,9 @@ counters, and requires the same views, events and summarizer requests.
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
+import weakref
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -18,7 +20,6 @@ from typing import Any
 import pytest
 import regex
 
-import context_engine.tokens as tokens_module
 from context_engine import ContextEngine, Message, SummaryRequest, ToolCall
 from context_engine.strategies import FullSummary, HardTruncate, LightTrim, ToolResultMicrocompact
 from context_engine.telemetry import current_telemetry
@@ -208,23 +209,28 @@ def test_blocking_twins_on_many_threads_share_a_counter_safely(
         assert views[session] == expected[session]["views"]
 
 
-def test_a_shared_counter_counts_exactly_under_thread_contention(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Eight threads count equal-but-distinct messages through a tiny, always-evicting cache."""
-    monkeypatch.setattr(tokens_module, "_CONTENT_CACHE_SIZE", 32)
+def test_a_shared_counter_counts_exactly_under_thread_contention() -> None:
+    """Eight threads count equal-but-distinct messages that die as soon as they are counted."""
     shared, private = private_counter(), private_counter()
     texts = [f"message {n} " + "word " * (n % 50) + "混合 🎉" * (n % 7) for n in range(600)]
     expected = [private.count_message(Message.user(text)) for text in texts]
     barrier = threading.Barrier(8)
+    counted: list[weakref.ref[Message]] = []
+
+    def count_one(text: str) -> int:
+        message = Message.user(text)
+        counted.append(weakref.ref(message))
+        return shared.count_message(message)
 
     def count_all(offset: int) -> list[int]:
         barrier.wait()
         order = texts[offset:] + texts[:offset]
-        counts = [shared.count_message(Message.user(text)) for text in order]
+        counts = [count_one(text) for text in order]
         return counts[-offset:] + counts[:-offset] if offset else counts
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         results = list(pool.map(count_all, range(0, 600, 75)))
     assert all(counts == expected for counts in results)
-    assert len(shared._by_content) <= 32  # type: ignore[attr-defined]
+    gc.collect()
+    assert len(counted) == 8 * 600
+    assert all(ref() is None for ref in counted)  # the shared cache kept none alive
