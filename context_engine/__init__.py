@@ -38,6 +38,17 @@ from context_engine.tokens import (
     UsageEstimate,
     resolve_counter,
 )
+from context_engine.turn import (
+    CompactStep,
+    ModelCallStep,
+    ProjectStep,
+    RecoverStep,
+    TurnResult,
+    TurnStep,
+    run_turn,
+    run_turn_sync,
+    turn_flow,
+)
 
 try:
     __version__ = version("context-engine")
@@ -51,6 +62,7 @@ __all__ = [
     "Budget",
     "CompactCommand",
     "CompactResult",
+    "CompactStep",
     "CompactionError",
     "ConfigurationError",
     "ContextEngine",
@@ -62,8 +74,11 @@ __all__ = [
     "ImageBlock",
     "InvalidMessageError",
     "Message",
+    "ModelCallStep",
+    "ProjectStep",
     "Projection",
     "RecallError",
+    "RecoverStep",
     "RecoveryResult",
     "Redactor",
     "Removal",
@@ -81,10 +96,15 @@ __all__ = [
     "TokenCounter",
     "ToolCall",
     "TranscriptFormatError",
+    "TurnResult",
+    "TurnStep",
     "Usage",
     "UsageEstimate",
     "__version__",
     "is_context_overflow",
     "parse_compact_command",
     "resolve_counter",
+    "run_turn",
+    "run_turn_sync",
+    "turn_flow",
 ]
