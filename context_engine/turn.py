@@ -7,7 +7,7 @@ done and receives the answer (or the step's exception, thrown in), and its
 return value is the `TurnResult`. `run_turn` and `run_turn_sync` drive it
 against a `ContextEngine` and a model-call function; an adapter whose runtime
 owns the model call (a streaming call, a retry the runtime performs itself)
-drives the generator with ``send`` and ``throw`` across the runtime's hooks.
+resumes it with `advance_turn` from the runtime's hooks.
 
 The policy:
 
@@ -29,7 +29,7 @@ Commits are handed back: `TurnResult.commit` is the transcript the runtime
 should keep from now on (None: keep its own), and every `ModelCallStep`
 carries the commit made so far for runtimes that persist before the call.
 
-Public names: `turn_flow`, `run_turn`, `run_turn_sync`, the steps
+Public names: `turn_flow`, `run_turn`, `run_turn_sync`, `advance_turn`, the steps
 `CompactStep`, `ProjectStep`, `ModelCallStep`, `RecoverStep` (`TurnStep` is
 their union) and `TurnResult`.
 """
@@ -56,6 +56,7 @@ __all__ = [
     "RecoverStep",
     "TurnResult",
     "TurnStep",
+    "advance_turn",
     "run_turn",
     "run_turn_sync",
     "turn_flow",
@@ -274,6 +275,54 @@ class _Stepper:
         self._error = error
 
 
+async def advance_turn(
+    engine: ContextEngine,
+    flow: Generator[TurnStep, Any, TurnResult[Any]],
+    error: Exception | None = None,
+) -> ModelCallStep | TurnResult[Any]:
+    """Resume ``flow`` and answer its engine steps until it waits for the model.
+
+    For runtimes that own the model call (they call it, and retry it, between
+    their own hooks): start a flow with ``advance_turn(engine, flow)``, send
+    the returned step's view, and on the model's error resume it with
+    ``advance_turn(engine, flow, error)``.
+
+    Args:
+        engine: The engine of the conversation.
+        flow: A `turn_flow`, new or waiting at a `ModelCallStep`.
+        error: The model call's error to throw in, or None to start the flow.
+
+    Returns:
+        The `ModelCallStep` the flow waits at, or its `TurnResult` when it
+        returned (a ``/compact`` command ran).
+
+    Raises:
+        Exception: ``error`` when the flow does not recover from it.
+    """
+    answer: Any = None
+    while True:
+        try:
+            step = flow.throw(error) if error is not None else flow.send(answer)
+        except StopIteration as done:
+            result: TurnResult[Any] = done.value
+            return result
+        if isinstance(step, ModelCallStep):
+            return step
+        answer, error = None, None
+        try:
+            answer = await _engine_step(engine, step)
+        except CompactionError as exc:
+            error = exc
+
+
+async def _engine_step(engine: ContextEngine, step: CompactStep | ProjectStep | RecoverStep) -> Any:
+    if isinstance(step, ProjectStep):
+        return await engine.project(step.messages)
+    if isinstance(step, RecoverStep):
+        return await engine.recover_overflow(step.messages, step.error)
+    return await engine.compact(step.messages, step.instructions)
+
+
 async def run_turn(
     engine: ContextEngine,
     messages: Sequence[Message],
@@ -307,12 +356,8 @@ async def run_turn(
         try:
             if isinstance(step, ModelCallStep):
                 stepper.answer(await call_model(step.messages))
-            elif isinstance(step, ProjectStep):
-                stepper.answer(await engine.project(step.messages))
-            elif isinstance(step, RecoverStep):
-                stepper.answer(await engine.recover_overflow(step.messages, step.error))
             else:
-                stepper.answer(await engine.compact(step.messages, step.instructions))
+                stepper.answer(await _engine_step(engine, step))
         except Exception as exc:
             stepper.fail(exc)
     assert stepper.result is not None
