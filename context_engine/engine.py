@@ -75,7 +75,9 @@ def _strategy_tuple(strategies: object) -> tuple[Strategy, ...]:
     return tuple(strategies)
 
 
-def _archive_settings(archive: object, session_id: object) -> tuple[Archive | None, str | None]:
+def _archive_settings(
+    archive: object, session_id: object
+) -> tuple[Archive | None, str | None]:
     if archive is None:
         return None, None if session_id is None else check_session_id(session_id)
     if not isinstance(archive, Archive):

@@ -353,7 +353,9 @@ def _render_summary(summary: ContextSummary) -> tuple[Block, ...]:
 
 def _to_str_tuple(value: Iterable[str]) -> tuple[str, ...]:
     if isinstance(value, str):
-        raise InvalidMessageError("file lists and references must be sequences of str, not one str")
+        raise InvalidMessageError(
+            "file lists and references must be sequences of str, not one str"
+        )
     paths = tuple(value)
     for path in paths:
         if not isinstance(path, str) or "\n" in path:

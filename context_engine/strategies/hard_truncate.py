@@ -111,7 +111,11 @@ def is_truncation_marker(message: Message) -> bool:
 
 
 def _check_share(instance: object, attribute: attrs.Attribute[float], value: object) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value <= 1:
+    if (
+        not isinstance(value, (int, float))
+        or isinstance(value, bool)
+        or not 0 < value <= 1
+    ):
         raise ConfigurationError(
             f"HardTruncate(max_user_share={value!r}) must be a number in (0, 1]: the share "
             "of the threshold the newest user message always keeps when it has to be "
@@ -153,9 +157,7 @@ class HardTruncate:
             return StrategyResult.unchanged(view)
         logger.debug(
             "strategy=<%s> tokens=<%s> dropped=<%s> | rewrite applied",
-            self.name,
-            tokens_after,
-            sum(len(r.originals) for r in removed),
+            self.name, tokens_after, sum(len(r.originals) for r in removed),
         )
         return StrategyResult(
             messages=messages,
@@ -319,7 +321,9 @@ def _droppable_start(view: Sequence[Message], shape: Shape) -> tuple[int, int]:
     return slot, slot
 
 
-def _drop_order(view: Sequence[Message], shape: Shape, start: int, user_index: int) -> list[range]:
+def _drop_order(
+    view: Sequence[Message], shape: Shape, start: int, user_index: int
+) -> list[range]:
     """Droppable units, oldest first: whole earlier turns, then the current turn's steps."""
     units: list[range] = []
     inner = start

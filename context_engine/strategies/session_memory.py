@@ -147,7 +147,9 @@ class SessionMemory:
         into the memory before calling ``compact``, or rely on `FullSummary`.
         When nothing is compacted, ``view`` is handed on unchanged.
         """
-        return await self._compact(transcript, budget, budget.measure(transcript), unchanged=view)
+        return await self._compact(
+            transcript, budget, budget.measure(transcript), unchanged=view
+        )
 
     async def _compact(
         self,

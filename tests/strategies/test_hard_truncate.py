@@ -550,10 +550,7 @@ def test_truncate_view_learns_a_constant_offset_from_one_measure(
     view = tiny_steps_session(8_000)
     measure = CountingMeasure(counter, lambda n: n + 500)
     budget = Budget(
-        tokens=measure.counted(view),
-        window=40_000,
-        threshold=20_000,
-        counter=counter,
+        tokens=measure.counted(view), window=40_000, threshold=20_000, counter=counter,
         measure=measure,
     )
     messages, replaced = truncate_view(view, budget, max_user_share=0.5)
