@@ -39,6 +39,18 @@ from context_engine.tokens import (
     UsageEstimate,
     resolve_counter,
 )
+from context_engine.turn import (
+    CompactStep,
+    ModelCallStep,
+    ProjectStep,
+    RecoverStep,
+    TurnResult,
+    TurnStep,
+    advance_turn,
+    run_turn,
+    run_turn_sync,
+    turn_flow,
+)
 
 try:
     __version__ = version("context-engine")
@@ -52,6 +64,7 @@ __all__ = [
     "Budget",
     "CompactCommand",
     "CompactResult",
+    "CompactStep",
     "CompactionError",
     "ConfigurationError",
     "ContextEngine",
@@ -63,8 +76,11 @@ __all__ = [
     "ImageBlock",
     "InvalidMessageError",
     "Message",
+    "ModelCallStep",
+    "ProjectStep",
     "Projection",
     "RecallError",
+    "RecoverStep",
     "RecoveryResult",
     "Redactor",
     "Removal",
@@ -83,10 +99,16 @@ __all__ = [
     "TokenCounter",
     "ToolCall",
     "TranscriptFormatError",
+    "TurnResult",
+    "TurnStep",
     "Usage",
     "UsageEstimate",
     "__version__",
+    "advance_turn",
     "is_context_overflow",
     "parse_compact_command",
     "resolve_counter",
+    "run_turn",
+    "run_turn_sync",
+    "turn_flow",
 ]

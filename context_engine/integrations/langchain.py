@@ -10,33 +10,33 @@ every model call it:
   checkpoint and the kept tail (``RemoveMessage(REMOVE_ALL_MESSAGES)`` in a
   state update returned with the model's answer);
 * when the model rejects the prompt as too long, runs
-  `ContextEngine.recover_overflow`, retries the call once with the recovered
-  view and commits it; a second failure surfaces;
+  `ContextEngine.recover_overflow` from the history as committed so far,
+  retries the call once with the recovered view and commits it; a second
+  failure surfaces;
 * when the last message is a ``/compact [instructions]`` user message, runs
   `ContextEngine.compact` instead of calling the model, commits, and answers
   with a short note.
 
-The sync (``invoke``) and async (``ainvoke``) hooks run one body: a generator
-that yields the engine and model calls it needs, driven by a blocking or an
-awaiting loop.
+The policy is `context_engine.turn`'s, shared by every adapter: the sync
+(``invoke``) and async (``ainvoke``) hooks drive it with `run_turn_sync` and
+`run_turn`; this module converts messages and writes commits into the state.
+A checkpoint the projection wrote is where an overflow recovery starts, so the
+retry sends it and the state keeps it.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeAlias
 
-import attrs
-
-from context_engine._aio import run_blocking
-from context_engine.commands import CompactCommand, parse_compact_command
 from context_engine.engine import ContextEngine
-from context_engine.errors import CompactionError, ConfigurationError
+from context_engine.errors import ConfigurationError
 from context_engine.messages import Message
 from context_engine.overflow import is_context_overflow
-from context_engine.results import CompactResult, Projection, RecoveryResult
+from context_engine.results import CompactResult
+from context_engine.turn import TurnResult, run_turn, run_turn_sync
 
 try:
     from langchain.agents.middleware import (
@@ -73,23 +73,6 @@ _Result: TypeAlias = "ModelResponse[Any] | ExtendedModelResponse[Any]"
 _Transcript: TypeAlias = tuple[Message, ...]
 
 
-@attrs.frozen
-class _EngineCall:
-    """A step of the body: run one engine coroutine (``method`` names it in errors)."""
-
-    method: str
-    start: Callable[[], Coroutine[Any, Any, Any]]
-
-
-@attrs.frozen
-class _ModelCall:
-    """A step of the body: call the model (the rest of the middleware stack)."""
-
-    request: ModelRequest[Any]
-
-
-_Step: TypeAlias = "_EngineCall | _ModelCall"
-_Flow: TypeAlias = Generator[_Step, Any, _Result]
 _Fields: TypeAlias = tuple[Any, ...]
 _MESSAGE_FIELDS = (
     "tool_calls",
@@ -199,16 +182,15 @@ class ContextEngineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> _Result:
         """Project, call the model, commit or recover (blocking; used by ``invoke``)."""
-        driver = _Driver(_model_call(self.engine, self._reader, request, self.compact_command))
-        while (step := driver.next()) is not None:
-            try:
-                if isinstance(step, _ModelCall):
-                    driver.reply(handler(step.request))
-                else:
-                    driver.reply(run_blocking(step.start, step.method))
-            except Exception as exc:
-                driver.fail(exc)
-        return driver.result
+        lead, transcript = self._reader.read(request.system_message, request.messages)
+        turn = run_turn_sync(
+            self.engine,
+            transcript,
+            lambda view: handler(_with_view(request, view, transcript, len(lead))),
+            compact_command=self.compact_command,
+            is_overflow=_is_overflow,
+        )
+        return _answer(self._reader, turn, request, len(lead))
 
     async def awrap_model_call(
         self,
@@ -216,123 +198,36 @@ class ContextEngineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> _Result:
         """Project, call the model, commit or recover (used by ``ainvoke``)."""
-        driver = _Driver(_model_call(self.engine, self._reader, request, self.compact_command))
-        while (step := driver.next()) is not None:
-            try:
-                if isinstance(step, _ModelCall):
-                    driver.reply(await handler(step.request))
-                else:
-                    driver.reply(await step.start())
-            except Exception as exc:
-                driver.fail(exc)
-        return driver.result
-
-
-class _Driver:
-    """Runs the body: hands it the outcome of each step and keeps its result.
-
-    The hooks only perform the steps (blocking or awaiting); every decision is
-    in the body.
-    """
-
-    def __init__(self, flow: _Flow) -> None:
-        self._flow = flow
-        self._reply: Any = None
-        self._error: Exception | None = None
-        self.result: _Result = ModelResponse(result=[])
-
-    def next(self) -> _Step | None:
-        """The next step, or None once the body returned (then read ``result``)."""
-        reply, error = self._reply, self._error
-        self._reply, self._error = None, None
-        try:
-            return self._flow.throw(error) if error is not None else self._flow.send(reply)
-        except StopIteration as done:
-            self.result = done.value
-            return None
-
-    def reply(self, value: Any) -> None:
-        """The outcome of the step: a value."""
-        self._reply = value
-
-    def fail(self, error: Exception) -> None:
-        """The outcome of the step: an exception, raised inside the body."""
-        self._error = error
-
-
-# ------------------------------------------------------------------------- the body
-
-
-def _model_call(
-    engine: ContextEngine, reader: _Reader, request: ModelRequest[Any], commands: bool
-) -> _Flow:
-    """The one body of both hooks: yields engine and model calls, returns the hook's result."""
-    lead, transcript = reader.read(request.system_message, request.messages)
-    command = _compact_command(transcript) if commands else None
-    if command is not None:
-        instructions, history = command.instructions, transcript[:-1]
-        compacted: CompactResult = yield _EngineCall(
-            "compact", lambda: engine.compact(history, instructions)
+        lead, transcript = self._reader.read(request.system_message, request.messages)
+        turn = await run_turn(
+            self.engine,
+            transcript,
+            lambda view: handler(_with_view(request, view, transcript, len(lead))),
+            compact_command=self.compact_command,
+            is_overflow=_is_overflow,
         )
-        return _compacted(reader, compacted, len(lead), request.messages[-1])
-    view, commit = yield from _project(engine, transcript)
-    try:
-        response: ModelResponse[Any] = yield _ModelCall(_with_view(request, view, len(lead)))
-    except Exception as exc:
-        if not _is_overflow(exc):
-            raise
-        overflow = exc
-    else:
-        return _respond(reader, response, commit, len(lead))
-    recovery: RecoveryResult = yield _EngineCall(
-        "recover_overflow",
-        lambda: engine.recover_overflow(
-            transcript, overflow if is_context_overflow(overflow) else None
-        ),
-    )
-    if not recovery.changed:
-        raise overflow
-    logger.info(
-        "strategy=<%s> tokens_after=<%d> | context overflow recovered; retrying the call once",
-        recovery.strategy,
-        recovery.usage.tokens,
-    )
-    response = yield _ModelCall(_with_view(request, recovery.messages, len(lead)))
-    return _respond(reader, response, recovery.commit, len(lead))
+        return _answer(self._reader, turn, request, len(lead))
 
 
-def _project(
-    engine: ContextEngine, transcript: _Transcript
-) -> Generator[_Step, Any, tuple[_Transcript | None, _Transcript | None]]:
-    """The view to send (None: the request as it is) and the messages to commit (or None)."""
-    try:
-        projection: Projection = yield _EngineCall("project", lambda: engine.project(transcript))
-    except CompactionError as exc:
-        logger.warning(
-            "strategy=<%s> failures=<%d> | projection failed; sending the best view reached",
-            exc.strategy,
-            exc.failures,
-        )
-        return (exc.view if exc.view != transcript else None), exc.commit
-    return (projection.messages if projection.changed else None), projection.commit
+def _answer(
+    reader: _Reader, turn: TurnResult[ModelResponse[Any]], request: ModelRequest[Any], lead: int
+) -> _Result:
+    """The hook's result: the model's answer or the ``/compact`` note, with the commit."""
+    if turn.command is not None:
+        return _compacted(reader, turn.compacted, lead, request.messages[-1])
+    assert turn.response is not None  # the model answered: run_turn raises otherwise
+    return _respond(reader, turn.response, turn.commit, lead)
 
 
 def _is_overflow(error: BaseException) -> bool:
     return isinstance(error, _OVERFLOW_TYPES) or is_context_overflow(error)
 
 
-def _compact_command(transcript: _Transcript) -> CompactCommand | None:
-    last = transcript[-1] if transcript else None
-    if last is None or last.role != "user" or last.is_summary:
-        return None
-    return parse_compact_command(last.text)
-
-
 def _with_view(
-    request: ModelRequest[Any], view: Sequence[Message] | None, lead: int
+    request: ModelRequest[Any], view: _Transcript, transcript: _Transcript, lead: int
 ) -> ModelRequest[Any]:
     """The request with the view's messages; the system prompt stays where LangChain keeps it."""
-    if view is None:
+    if view == transcript:  # identity first: cheap, and the request keeps the state's objects
         return request
     return request.override(messages=_state_messages(view, lead))
 
@@ -366,9 +261,11 @@ def _kept(result: CompactResult) -> int:
     return result.info.kept_count if result.info else len(result.messages)
 
 
-def _compacted(reader: _Reader, result: CompactResult, lead: int, command: AnyMessage) -> _Result:
+def _compacted(
+    reader: _Reader, result: CompactResult | None, lead: int, command: AnyMessage
+) -> _Result:
     """The answer to ``/compact``: a note, and the compacted history committed before it."""
-    if not result.changed:
+    if result is None or not result.changed:
         note = AIMessage(content="Nothing to compact: the conversation is already short.")
         return ModelResponse(result=[note])
     note = AIMessage(

@@ -120,14 +120,14 @@ class ContextEngineInputFilter:
             )
         self.engine = engine
         self._converter = MessageCache()
-        self._commit: Commit | None = None
+        self._committed: Commit | None = None
         self._head: Message | None = None
         self._last: _Prepared | None = None
 
     @property
-    def commit_messages(self) -> tuple[Message, ...] | None:
+    def commit(self) -> tuple[Message, ...] | None:
         """The committed view (checkpoint, kept messages) standing for the history's start."""
-        return self._commit.messages if self._commit is not None else None
+        return self._committed.messages if self._committed is not None else None
 
     async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
         """Project the input of one model call; the SDK calls this before every call."""
@@ -158,7 +158,13 @@ class ContextEngineInputFilter:
         """
         last = self._last
         if last is not None and last.instructions == instructions and last.sent == input:
+            # Recover from the history as committed so far (the turn policy): a checkpoint
+            # the rejected call's own projection wrote is the start, never thrown away.
+            applied = self._committed.apply(last.transcript) if self._committed else None
             prepared = last
+            if applied is not None:
+                head = (last.head,) if last.head is not None else ()
+                prepared = attrs.evolve(last, messages=(*head, *applied))
         else:
             prepared = self._prepare(input, instructions)
         recover = functools.partial(self.engine.recover_overflow, error=error)
@@ -188,11 +194,11 @@ class ContextEngineInputFilter:
     def reset(self) -> None:
         """Forget the commit and the conversion cache (a new conversation starts)."""
         self._converter = MessageCache()
-        self._commit = None
+        self._committed = None
         self._last = None
 
     def _committed_items(self, items: Sequence[Any]) -> list[TResponseInputItem] | None:
-        commit = self._commit
+        commit = self._committed
         if commit is None:
             return None
         listed = list(items)
@@ -205,11 +211,11 @@ class ContextEngineInputFilter:
         listed = [{"role": "user", "content": items}] if isinstance(items, str) else list(items)
         transcript = self._converter.convert(listed)
         effective = transcript
-        if self._commit is not None:
-            applied = self._commit.apply(transcript)
+        if self._committed is not None:
+            applied = self._committed.apply(transcript)
             if applied is None:
                 logger.debug("history no longer starts with the committed part | commit dropped")
-                self._commit = None
+                self._committed = None
             else:
                 effective = applied
         head = self._head
@@ -230,7 +236,7 @@ class ContextEngineInputFilter:
             _describe(span, result)
         if result.commit is not None:
             kept = _without_head(result.commit, prepared.head)
-            self._commit = Commit(prepared.transcript, kept)
+            self._committed = Commit(prepared.transcript, kept)
         items = self._write(_without_head(result.messages, prepared.head))
         self._last = attrs.evolve(prepared, sent=items)
         return ModelInputData(input=items, instructions=prepared.instructions), result.changed
@@ -400,7 +406,7 @@ class ContextEngineSession:
 
     async def persist_commit(self) -> bool:
         """Write the filter's commit into the stored history; True when it did."""
-        if self.input_filter.commit_messages is None:
+        if self.input_filter.commit is None:
             return False
         committed = self.input_filter._committed_items(await self.session.get_items())
         if committed is None:

@@ -9,7 +9,8 @@
   ``result.all_messages()`` start from the checkpoint;
 * when the model call fails with a context-length error
   (``ModelContextWindowExceededError`` or any error `is_context_overflow`
-  recognises), the history is recovered with ``recover_overflow``, committed,
+  recognises), the history as committed so far (a checkpoint this very
+  attempt wrote included) is recovered with ``recover_overflow``, committed,
   and the request is attempted once more (``RetryModelRequest``); a second
   overflow in the same step surfaces;
 * a user prompt ``/compact [instructions]`` compacts the history instead of
@@ -20,7 +21,9 @@ writes a processor's result back as the run's history, so every view it
 returns is committed.
 
 Both are thin: convert with `context_engine.formats.pydantic_ai`, call the
-engine, convert back. pydantic-ai runs its hooks as coroutines under
+engine, convert back. The capability's policy is `context_engine.turn`'s: its
+flow is started in ``prepare_model_request``, waits at the model call, and is
+resumed by ``on_model_request_error``. pydantic-ai runs its hooks as coroutines under
 ``run`` and ``run_sync`` alike, so there is one async body and no blocking twin.
 
 Importing this module needs pydantic-ai: ``pip install 'context-engine[pydantic-ai]'``.
@@ -30,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import Any
 
 try:
@@ -45,14 +48,13 @@ except ImportError as exc:  # pragma: no cover - exercised by hiding the package
         "install it with: pip install 'context-engine[pydantic-ai]'"
     ) from exc
 
-from context_engine.commands import parse_compact_command
 from context_engine.engine import ContextEngine
 from context_engine.errors import CompactionError
 from context_engine.formats._pydantic_ai_write import Group
 from context_engine.formats.pydantic_ai import read_groups, write_history
 from context_engine.messages import Message
-from context_engine.overflow import is_context_overflow
 from context_engine.results import CompactResult
+from context_engine.turn import ModelCallStep, TurnResult, TurnStep, advance_turn, turn_flow
 
 __all__ = ["ContextEngineCapability", "history_processor"]
 
@@ -180,8 +182,7 @@ class ContextEngineCapability(AbstractCapability[Any]):
     recover_overflow: bool = True
     compact_command: bool = True
     _reader: _Reader = dataclasses.field(default_factory=_Reader, init=False, repr=False)
-    _attempt: _Bridge | None = dataclasses.field(default=None, init=False, repr=False)
-    _recovered_step: int | None = dataclasses.field(default=None, init=False, repr=False)
+    _turn: _Turn | None = dataclasses.field(default=None, init=False, repr=False)
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -198,57 +199,58 @@ class ContextEngineCapability(AbstractCapability[Any]):
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
         """Send the engine's view for this attempt; commit to the run's history when told to."""
-        retrying = self._recovered_step == ctx.run_step
-        bridge = self._reader.read(list(ctx.messages) if retrying else request_context.messages)
-        if self.compact_command and not retrying:
-            await self._compact_if_asked(ctx, bridge)
-        projected = await _project(self.engine, bridge, view_kept=False)
-        if projected.commit is not None:
-            ctx.messages[:] = projected.commit
-        self._attempt = bridge
-        request_context.messages = projected.view
+        turn = self._turn
+        if turn is not None and turn.retry:
+            # The attempt after a recovery: its view is the recovery, already the history.
+            turn.retry = False
+            request_context.messages = list(ctx.messages)
+            return request_context
+        bridge = self._reader.read(request_context.messages)
+        last_group = bridge.groups[-1][1] if bridge.groups else ()
+        flow = turn_flow(
+            bridge.transcript, compact_command=self.compact_command and len(last_group) == 1
+        )
+        self._turn = turn = _Turn(flow, bridge)
+        step = await advance_turn(self.engine, flow)
+        if isinstance(step, TurnResult):
+            raise _compacted(ctx, bridge, step)
+        if step.commit is not None:
+            ctx.messages[:] = bridge.write(step.commit, kept=True)
+        request_context.messages = (
+            bridge.write(step.messages, kept=False) if step.changed else bridge.history
+        )
         return request_context
 
     async def on_model_request_error(
         self, ctx: RunContext[Any], *, request_context: ModelRequestContext, error: Exception
     ) -> pm.ModelResponse:
         """After a context-length error: recover, commit, and attempt the request once more."""
-        bridge = self._attempt
-        if not self.recover_overflow or bridge is None or not is_context_overflow(error):
+        turn, self._turn = self._turn, None
+        if not self.recover_overflow or turn is None:
             raise error
-        if self._recovered_step == ctx.run_step:
-            logger.warning("step=<%d> | context overflow again after recovery", ctx.run_step)
-            raise error
-        try:
-            recovery = await self.engine.recover_overflow(bridge.transcript, error)
-        except CompactionError:
-            logger.warning("step=<%d> | overflow recovery failed", ctx.run_step, exc_info=True)
-            recovery = None
-        if recovery is None or recovery.commit is None:
-            raise error
-        ctx.messages[:] = bridge.write(recovery.commit, kept=True)
-        self._recovered_step = ctx.run_step
-        logger.info(
-            "step=<%d> tokens_after=<%d> | context overflow recovered, retrying",
-            ctx.run_step,
-            recovery.usage.tokens,
-        )
+        step = await advance_turn(self.engine, turn.flow, error)  # raises it when it must
+        assert isinstance(step, ModelCallStep)  # the flow returns only after a model answer
+        ctx.messages[:] = turn.bridge.write(step.messages, kept=True)
+        turn.retry = True
+        self._turn = turn
+        logger.info("step=<%d> | context overflow recovered, retrying", ctx.run_step)
         raise RetryModelRequest()
 
-    async def _compact_if_asked(self, ctx: RunContext[Any], bridge: _Bridge) -> None:
-        """Run ``/compact`` instead of the model call when the newest prompt is the command."""
-        if not bridge.groups or not bridge.groups[-1][1]:
-            return
-        last, group = bridge.groups[-1]
-        newest = group[-1]
-        command = parse_compact_command(newest.text) if newest.role == "user" else None
-        if command is None:
-            return
-        before = bridge.transcript[: len(bridge.transcript) - len(group)]
-        result = await self.engine.compact(before, command.instructions) if before else None
-        if result is not None and result.changed:
-            ctx.messages[:] = [*bridge.write(result.messages, kept=True), last]
-        raise SkipModelRequest(pm.ModelResponse(parts=[pm.TextPart(_compact_reply(result))]))
+
+@dataclasses.dataclass
+class _Turn:
+    """One model call's `turn_flow`, suspended at its model call between pydantic-ai's hooks."""
+
+    flow: Generator[TurnStep, Any, TurnResult[Any]]
+    bridge: _Bridge
+    retry: bool = False
+
+
+def _compacted(ctx: RunContext[Any], bridge: _Bridge, turn: TurnResult[Any]) -> SkipModelRequest:
+    """Answer ``/compact`` without the model; the compacted history precedes the command."""
+    if turn.commit is not None:
+        ctx.messages[:] = [*bridge.write(turn.commit, kept=True), bridge.groups[-1][0]]
+    return SkipModelRequest(pm.ModelResponse(parts=[pm.TextPart(_compact_reply(turn.compacted))]))
 
 
 def _compact_reply(result: CompactResult | None) -> str:

@@ -30,17 +30,19 @@ import asyncio
 import contextvars
 import copy
 import logging
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
+
+import attrs
 
 from context_engine._aio import run_blocking
 from context_engine.commands import parse_compact_command
 from context_engine.engine import ContextEngine
 from context_engine.errors import CompactionError, ConfigurationError, ContextEngineError
 from context_engine.messages import Message
-from context_engine.overflow import is_context_overflow
-from context_engine.results import CompactResult, RecoveryResult
+from context_engine.results import CompactResult
+from context_engine.turn import ModelCallStep, TurnResult, TurnStep, advance_turn, turn_flow
 
 try:
     import strands  # noqa: F401  (the guard: fail here with the install line)
@@ -56,6 +58,7 @@ try:
     )
     from strands.middleware import InvokeModelContext, InvokeModelStage
     from strands.types.content import Message as StrandsMessage
+    from strands.types.exceptions import ContextWindowOverflowException
 except ImportError as exc:
     raise ImportError(
         "context_engine.integrations.strands needs Strands Agents; "
@@ -136,6 +139,15 @@ class _Transcripts:
         self._pieces = [[next(objects) for _ in group] for group in self._pieces]
 
 
+@attrs.define
+class _Turn:
+    """The `turn_flow` of the model call in flight, waiting at its model call."""
+
+    flow: Generator[TurnStep, Any, TurnResult[Any]]
+    retry: tuple[Message, ...] | None = None  # the recovered view Strands' retry is sent
+    recovered: bool = False  # the flow recovered once and waits at the retry
+
+
 def _same_message(a: StrandsMessage, b: StrandsMessage) -> bool:
     """The same stored message: by ``tracking_id``, or by role and content without one."""
     if "tracking_id" in a or "tracking_id" in b:
@@ -193,7 +205,9 @@ class ContextEngineConversationManager(ConversationManager):
         # is this head plus the stored messages after the first removed_message_count.
         self._head: list[StrandsMessage] = []
         self._transcripts = _Transcripts()
-        self._recovered = False  # an overflow was recovered and no model call has succeeded since
+        # The turn of the model call in flight: projected in the middleware, resumed by
+        # reduce_context after an overflow, dropped once the model answered.
+        self._turn: _Turn | None = None
 
     # -- Strands hooks -------------------------------------------------------------
 
@@ -208,7 +222,7 @@ class ContextEngineConversationManager(ConversationManager):
         event.agent.add_middleware(InvokeModelStage.Input, self._project_request)
 
     async def _on_before_invocation(self, event: BeforeInvocationEvent) -> None:
-        self._recovered = False
+        self._turn = None
         command = self._command(event.messages)
         if command is None:
             return
@@ -232,12 +246,28 @@ class ContextEngineConversationManager(ConversationManager):
 
     def _on_after_model_call(self, event: AfterModelCallEvent) -> None:
         if event.stop_response is not None:
-            self._recovered = False
+            self._turn = None
 
     async def _project_request(self, context: InvokeModelContext) -> InvokeModelContext:
         """Send the engine's view of the history instead of the history itself."""
-        view = await self._project(context.agent, context.system_prompt)
-        return context if view is None else context.replace(messages=to_strands(view))
+        turn = self._turn
+        if turn is not None and turn.retry is not None:
+            view, turn.retry = turn.retry, None  # the one retry after a recovery
+            return context.replace(messages=to_strands(view))
+        step = await self._start(context.agent, context.system_prompt)
+        return context.replace(messages=to_strands(step.messages)) if step.changed else context
+
+    async def _start(self, agent: Any, system_prompt: Any) -> ModelCallStep:
+        """Start the turn of a model call: project, and commit what the engine says to."""
+        flow = turn_flow(
+            self._transcripts.convert(agent.messages, system_prompt), compact_command=False
+        )
+        step = await advance_turn(self.engine, flow)
+        assert isinstance(step, ModelCallStep)  # without /compact the flow waits for the model
+        if step.commit is not None:
+            self._commit(agent, step.commit)
+        self._turn = _Turn(flow)
+        return step
 
     # -- the shared bodies -----------------------------------------------------------
 
@@ -259,13 +289,20 @@ class ContextEngineConversationManager(ConversationManager):
             self._commit(agent, projection.commit)
         return projection.messages if projection.changed else None
 
-    async def _recover(self, agent: Any, error: Exception) -> RecoveryResult:
-        transcript = self._transcripts.convert(agent.messages, _system_prompt(agent))
-        stated = error if is_context_overflow(error) else None
-        result = await self.engine.recover_overflow(transcript, stated)
-        if result.commit is not None:
-            self._commit(agent, result.commit)
-        return result
+    async def _recover(self, agent: Any, error: Exception) -> ModelCallStep:
+        """Resume the turn with the overflow: the retry's step, committed; raises ``error``."""
+        turn, self._turn = self._turn, None
+        if turn is None:  # called outside a model call: start one as the middleware would
+            await self._start(agent, _system_prompt(agent))
+            turn, self._turn = self._turn, None
+        assert turn is not None
+        step = await advance_turn(self.engine, turn.flow, error)
+        assert isinstance(step, ModelCallStep)
+        if step.commit is not None:
+            self._commit(agent, step.commit)
+        turn.retry, turn.recovered = step.messages, True
+        self._turn = turn
+        return step
 
     def _commit(self, agent: Any, view: Sequence[Message]) -> None:
         """Replace ``agent.messages`` in place with a committed view.
@@ -307,9 +344,15 @@ class ContextEngineConversationManager(ConversationManager):
     def reduce_context(self, agent: Agent, e: Exception | None = None, **kwargs: Any) -> None:
         """Shrink ``agent.messages``: overflow recovery when ``e`` is set, else a compaction.
 
+        The policy is `context_engine.turn`'s: the recovery starts from the
+        history as committed so far (a checkpoint the failed call's projection
+        wrote included), is committed, and the middleware sends it on Strands'
+        retry.
+
         Raises:
-            Exception: ``e`` itself when recovery removes nothing, fails, or
-                already ran for this overflow (the retry overflowed again).
+            ContextWindowOverflowException: with the reason, when the recovery
+                removes nothing or fails; ``e`` itself when the retry after a
+                recovery overflowed again.
         """
         if e is None:
             try:
@@ -317,17 +360,17 @@ class ContextEngineConversationManager(ConversationManager):
             except ContextEngineError:
                 logger.warning("proactive compaction failed; continuing", exc_info=True)
             return
-        if self._recovered:
-            logger.warning("the retry after overflow recovery overflowed again; raising")
-            raise e
-        result: RecoveryResult | None = None
+        retried = self._turn is not None and self._turn.recovered
         try:
-            result = _run(lambda: self._recover(agent, e), "recover_overflow")
-        except ContextEngineError:
-            logger.warning("overflow recovery failed; raising the overflow", exc_info=True)
-        if result is None or not result.changed:
-            raise e
-        self._recovered = True
+            _run(lambda: self._recover(agent, e), "recover_overflow")
+        except Exception as raised:
+            if raised is not e or retried:
+                raise
+            # The runtime's own error, saying why: Strands then ends the invocation cleanly.
+            raise ContextWindowOverflowException(
+                f"context-engine could not shrink the history below the model's window "
+                f"(nothing left that may be removed, or the recovery failed): {e}"
+            ) from e
 
     async def compact(self, agent: Agent, instructions: str | None = None) -> CompactResult:
         """Compact the agent's history now and commit the result (``/compact``).

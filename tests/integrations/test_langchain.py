@@ -25,9 +25,10 @@ from context_engine import ConfigurationError, ContextEngine, RewriteEvent, Stra
 from context_engine.formats.langchain import from_langchain, message_from_langchain
 from context_engine.integrations.langchain import ContextEngineMiddleware
 from context_engine.invariants import check_view
+from context_engine.strategies import FullSummary, HardTruncate
 from context_engine.strategies.base import Budget
 from context_engine.summarize.extractive import ExtractiveSummarizer
-from context_engine.testing import FixedTokenCounter
+from context_engine.testing import FixedTokenCounter, RecordingSummarizer
 from context_engine.tokens import REQUEST_OVERHEAD_TOKENS
 
 COUNTER = FixedTokenCounter()
@@ -467,3 +468,46 @@ def test_an_empty_history_reaches_the_model_as_the_system_prompt_alone() -> None
     assert [type(m).__name__ for m in model.received[0]] == ["SystemMessage"]
     assert recorder.anchored == [0]
     assert result["messages"][-1].content == "done"
+
+
+class RejectsTheFirstCheckpoint(ScriptedModel):
+    """Rejects as too long the first prompt that starts with a checkpoint, then answers."""
+
+    summarizer: Any = None
+    summaries: list[int] = Field(default_factory=list)
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
+        self.summaries.append(self.summarizer.calls)
+        if from_langchain(messages)[1].is_summary and not self.rejected:
+            self.received.append(list(messages))
+            self.rejected += 1
+            raise ContextOverflowError("prompt is too long")
+        return super()._generate(messages, stop, run_manager, **kw)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_overflow_on_the_call_that_wrote_a_checkpoint_keeps_the_checkpoint(mode: str) -> None:
+    """The recovery starts from the checkpoint: the retry sends it, no second summary is paid."""
+    summarizer = RecordingSummarizer()
+    engine = ContextEngine(
+        5_000,
+        reserve_tokens=1_000,
+        strategies=[FullSummary(summarizer=summarizer, keep_recent_tokens=1_000), HardTruncate()],
+        commit_strategies=("full_summary",),
+        token_counter=COUNTER,
+    )
+    model = RejectsTheFirstCheckpoint(steps=0, summarizer=summarizer)
+    agent, _ = build(model, engine)
+
+    result = invoke(agent, [*history(40), HumanMessage("Sum it up.")], mode)
+
+    assert result["messages"][-1].content == "done"
+    first, retry = (from_langchain(sent) for sent in model.received)
+    assert first[1].is_summary
+    assert retry[1] == first[1]  # the retry starts with that very checkpoint
+    assert len(retry) < len(first)
+    assert model.summaries[0] >= 1
+    assert summarizer.calls == model.summaries[0]  # the recovery wrote no second summary
+    assert from_langchain(result["messages"])[0].text == first[1].text  # the state keeps it

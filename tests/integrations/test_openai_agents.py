@@ -251,7 +251,7 @@ async def test_later_runs_that_continue_the_history_start_from_the_commit() -> N
     model = ScriptedModel([*steps(harness, 25, "a"), *steps(harness, 2, "b")])
     agent = agent_for(ContextEngineModel(model, harness.input_filter))
     first = await Runner.run(agent, "Fix it.", run_config=harness.run_config(), max_turns=40)
-    assert harness.input_filter.commit_messages is not None
+    assert harness.input_filter.commit is not None
     calls_before = len(model.calls)
 
     history = [*first.to_input_list(), {"role": "user", "content": "Now the lexer."}]
@@ -414,7 +414,7 @@ async def test_session_stores_the_commit_and_compact_command_compacts_it() -> No
     assert harness.view(model.calls[-1])[1] == compacted[0]
     await session.clear_session()
     assert await session.get_items() == []
-    assert harness.input_filter.commit_messages is None
+    assert harness.input_filter.commit is None
 
 
 async def test_persist_commit_leaves_a_history_it_does_not_stand_for() -> None:

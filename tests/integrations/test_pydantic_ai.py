@@ -29,6 +29,7 @@ from context_engine import ContextEngine, Message, RewriteEvent
 from context_engine.formats.pydantic_ai import REQUEST_KEY, from_pydantic_ai, to_pydantic_ai
 from context_engine.integrations.pydantic_ai import ContextEngineCapability, history_processor
 from context_engine.invariants import check_view
+from context_engine.strategies import FullSummary, HardTruncate
 from context_engine.summarize.extractive import ExtractiveSummarizer
 from context_engine.testing import FixedTokenCounter, RecordingSummarizer, synthetic_session
 
@@ -249,7 +250,7 @@ def test_run_sync_drives_the_same_async_hooks(counter: FixedTokenCounter) -> Non
     assert first.output == second.output == "All modules read; done."
     assert max(model.tokens) <= engine.threshold
     assert any(e.committed for e in events)
-    assert capability._attempt is None  # per-run state lives on the run's copy
+    assert capability._turn is None  # per-run state lives on the run's copy
 
 
 async def test_provider_usage_anchors_the_engine_estimate(counter: FixedTokenCounter) -> None:
@@ -515,3 +516,39 @@ async def test_engine_spans_are_children_of_the_model_request_span(
         assert parent.name.startswith("chat ")
         assert parent.instrumentation_scope.name == "pydantic-ai"
         assert span.context.trace_id == parent.context.trace_id
+
+
+async def test_an_overflow_on_the_call_that_wrote_a_checkpoint_keeps_the_checkpoint(
+    counter: FixedTokenCounter,
+) -> None:
+    """The recovery starts from the checkpoint: the retry sends it, no second summary is paid."""
+    summarizer = RecordingSummarizer()
+    engine = ContextEngine(
+        20_000,
+        reserve_tokens=4096,
+        strategies=[FullSummary(summarizer=summarizer, keep_recent_tokens=3000), HardTruncate()],
+        commit_strategies=("full_summary",),
+        token_counter=counter,
+    )
+    sent: list[list[Message]] = []
+    summaries: list[int] = []
+
+    def model(messages: list[pm.ModelMessage], info: AgentInfo) -> pm.ModelResponse:
+        sent.append(from_pydantic_ai(messages))
+        summaries.append(summarizer.calls)
+        if len(sent) == 1:
+            raise context_window_error(30_000, 20_000)
+        return pm.ModelResponse(parts=[pm.TextPart("fits now")])
+
+    agent = Agent(FunctionModel(model), capabilities=[ContextEngineCapability(engine)])
+    result = await agent.run("Go on.", message_history=long_history())
+
+    assert result.output == "fits now"
+    first, retry = sent
+    assert first[1].is_summary
+    assert retry[1].text == first[1].text  # the retry starts with that very checkpoint
+    assert len(retry) < len(first)
+    assert summaries[0] >= 1
+    assert summarizer.calls == summaries[0]  # the recovery wrote no second summary
+    history = from_pydantic_ai(result.all_messages())
+    assert history[1].text == first[1].text  # the run's history keeps it

@@ -28,7 +28,7 @@ from context_engine.errors import ConfigurationError
 from context_engine.formats.strands import from_strands, to_strands
 from context_engine.integrations.strands import ContextEngineConversationManager
 from context_engine.invariants import check_view
-from context_engine.strategies import FullSummary
+from context_engine.strategies import FullSummary, HardTruncate
 from context_engine.testing import FixedTokenCounter, RecordingSummarizer, synthetic_session
 
 SYSTEM = "You review code. Read the modules one by one, then report."
@@ -310,8 +310,9 @@ def test_an_overflow_with_nothing_left_to_remove_surfaces_at_once(
     """reduce_context must reduce or raise: with a two-message history it raises."""
     model = ScriptedModel(1, counter, overflow=lambda call: True)
     run = make_run(counter, model, window=200_000)
-    with pytest.raises(ContextWindowOverflowException):
+    with pytest.raises(ContextWindowOverflowException, match="could not shrink") as raised:
         run.agent("hi")
+    assert "prompt is too long" in str(raised.value)  # the provider's own words, kept
     assert len(model.received) == 1
     assert run.manager.commits == 0
 
@@ -494,3 +495,35 @@ def test_engine_spans_are_children_of_the_strands_spans(
     (agent_span,) = [s for s in spans if s.name.startswith("invoke_agent")]
     assert {s.context.trace_id for s in projects} == {agent_span.context.trace_id}
     assert any(s.name == "context_engine.strategy" for s in spans)
+
+
+def test_an_overflow_on_the_call_that_wrote_a_checkpoint_keeps_the_checkpoint(
+    counter: FixedTokenCounter,
+) -> None:
+    """The recovery starts from the checkpoint: the retry sends it, no second summary is paid."""
+    summarizer = RecordingSummarizer()
+    engine = ContextEngine(
+        20_000,
+        reserve_tokens=4096,
+        strategies=[FullSummary(summarizer=summarizer, keep_recent_tokens=3000), HardTruncate()],
+        commit_strategies=("full_summary",),
+        token_counter=counter,
+    )
+    summaries: list[int] = []
+
+    def overflow(call: int) -> bool:
+        summaries.append(summarizer.calls)
+        return call == 1
+
+    model = ScriptedModel(1, counter, overflow=overflow)
+    run = make_run(counter, model, messages=history(60), engine=engine)
+    result = run.agent("Status?")
+
+    assert str(result).strip() == "All modules reviewed."
+    first, retry = (from_strands(sent, system_prompt=SYSTEM) for sent in model.received)
+    assert first[1].is_summary
+    assert retry[1].text == first[1].text  # the retry starts with that very checkpoint
+    assert len(retry) < len(first)
+    assert summaries[0] >= 1
+    assert summarizer.calls == summaries[0]  # the recovery wrote no second summary
+    assert from_strands(run.agent.messages)[0].text == first[1].text  # the history keeps it
