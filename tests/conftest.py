@@ -11,6 +11,7 @@ import pytest
 os.environ["CONTEXT_ENGINE_OFFLINE"] = "1"
 
 from context_engine.testing import FixedTokenCounter
+from tests.extras import EXTRAS, missing, needs
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus" / "dev"
 
@@ -24,6 +25,36 @@ def load_corpus_dicts(path: Path) -> list[dict[str, object]]:
     """One corpus transcript as OpenAI chat dicts."""
     with path.open(encoding="utf-8") as handle:
         return [json.loads(line) for line in handle if line.strip()]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--require-extras",
+        action="store_true",
+        help="stop unless every optional extra imports (no test may skip for a missing extra)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "extra(name): the test needs that optional extra and skips without it"
+    )
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not session.config.getoption("--require-extras"):
+        return
+    broken = [f"{name}: {why}" for name in EXTRAS if (why := missing(name)) is not None]
+    if broken:
+        pytest.exit("--require-extras, but these extras do not import: " + "; ".join(broken), 3)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for mark in item.iter_markers("extra"):
+        for name in mark.args:
+            why = missing(name)
+            if why is not None:
+                pytest.skip(f"{needs(name)}: {why}")
 
 
 @pytest.fixture

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.extras import extras_of_code
+
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
 
@@ -20,7 +22,17 @@ def code_blocks() -> list[tuple[str, str]]:
     return blocks
 
 
-@pytest.mark.parametrize(("where", "code"), code_blocks(), ids=[w for w, _ in code_blocks()])
+def cases() -> list[object]:
+    """Each block as a test case, marked with the extras its imports need."""
+    cases = []
+    for where, code in code_blocks():
+        extras = extras_of_code(code)
+        marks = [pytest.mark.extra(*extras)] if extras else []
+        cases.append(pytest.param(where, code, id=where, marks=marks))
+    return cases
+
+
+@pytest.mark.parametrize(("where", "code"), cases())
 def test_documented_example_runs(where: str, code: str) -> None:
     exec(compile(code, where, "exec"), {"__name__": "__docs__"})
 

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import openai
 import pytest
+
+from tests.extras import needs
+
+pytest.importorskip("openai", reason=needs("openai"))
+pytest.importorskip("anthropic", reason=needs("anthropic"))
+
+import openai
 
 from context_engine.errors import CompactionError, SummarizerError
 from context_engine.overflow import is_context_overflow, overflow_token_counts
@@ -15,6 +21,8 @@ from tests.provider_errors import (
     openai_status_error,
     openai_timeout,
 )
+
+pytestmark = pytest.mark.extra("openai", "anthropic")
 
 
 class ContextWindowExceededError(openai.BadRequestError):

@@ -226,6 +226,7 @@ def test_the_callers_current_span_becomes_the_parent_of_the_engine_span(otel: Ot
     assert span.parent.span_id == outer.get_span_context().span_id
 
 
+@pytest.mark.extra("openai")
 async def test_a_model_summarizer_reports_provider_usage_on_its_chat_span(otel: Otel) -> None:
     import openai
 

@@ -28,6 +28,7 @@ from context_engine.messages import (
     ToolCall,
     Usage,
 )
+from tests.extras import needs
 
 REDIS_URL = os.environ.get("CONTEXT_ENGINE_TEST_REDIS_URL", "redis://127.0.0.1:6390/0")
 
@@ -93,7 +94,7 @@ async def delete_prefix(client: Any, prefix: str) -> int:
 
 async def connect_redis() -> Any:
     """A redis.asyncio client of the test server; skips the test when no server answers."""
-    redis = pytest.importorskip("redis.asyncio", reason="redis-py (the redis extra) is missing")
+    redis = pytest.importorskip("redis.asyncio", reason=needs("redis"))
     client = redis.Redis.from_url(REDIS_URL)
     try:
         await client.ping()

@@ -17,6 +17,8 @@ from context_engine.errors import ArchiveError, ConfigurationError
 from tests.archive import _workers
 from tests.archive.conftest import REDIS_URL, record, rich_messages, tool_record
 
+pytestmark = pytest.mark.extra("redis")
+
 SPAWN = multiprocessing.get_context("spawn")
 
 

@@ -115,7 +115,13 @@ def test_compact_quietly_writes_next_to_the_input_by_default(cli: Runner, long_f
     assert read_transcript(target).messages[0].role == "system"
 
 
-@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        pytest.param("openai", marks=pytest.mark.extra("openai")),
+        pytest.param("anthropic", marks=pytest.mark.extra("anthropic")),
+    ],
+)
 def test_compact_with_a_provider_summarizer_reads_the_environment(
     cli: Runner, long_file: Path, tmp_path: Path, kind: str
 ) -> None:

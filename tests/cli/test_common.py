@@ -6,6 +6,12 @@ import inspect
 
 import pytest
 
+from tests.extras import needs
+
+pytest.importorskip("openai", reason=needs("openai"))
+pytest.importorskip("anthropic", reason=needs("anthropic"))
+
+
 from context_engine import Message
 from context_engine.cli._common import (
     CliError,
@@ -18,6 +24,8 @@ from context_engine.summarize.anthropic import AnthropicSummarizer
 from context_engine.summarize.extractive import ExtractiveSummarizer
 from context_engine.summarize.openai import OpenAISummarizer
 from context_engine.summarize.request import SummaryRequest
+
+pytestmark = pytest.mark.extra("openai", "anthropic")
 
 
 def test_extractive_needs_no_environment() -> None:

@@ -98,6 +98,7 @@ def test_bad_usage_and_unreadable_input_exit_2(
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.extra("cli")
 def test_rich_draws_the_tables_when_installed(
     capsys: pytest.CaptureFixture[str], long_file: Path
 ) -> None:

@@ -11,6 +11,11 @@ from typing import Any
 
 import attrs
 import pytest
+
+from tests.extras import needs
+
+pytest.importorskip("langchain_core", reason=needs("langchain"))
+
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
@@ -49,6 +54,8 @@ from context_engine.invariants import check_view
 from context_engine.structure import CLEARED_KEY, TRIMMED_KEY
 from context_engine.testing import FixedTokenCounter
 from tests.conftest import load_corpus_dicts
+
+pytestmark = pytest.mark.extra("langchain")
 
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJ"  # the start of a PNG file
 

@@ -9,6 +9,11 @@ from typing import Any
 
 import attrs
 import pytest
+
+from tests.extras import needs
+
+pytest.importorskip("agents", reason=needs("openai-agents"))
+
 from agents.items import ModelResponse
 from agents.testing import assistant_message, function_call
 from agents.usage import Usage as AgentsUsage
@@ -39,6 +44,8 @@ from context_engine.formats.openai_agents import (
 )
 from context_engine.structure import CLEARED_KEY
 from tests.conftest import load_corpus_dicts
+
+pytestmark = pytest.mark.extra("openai-agents")
 
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJ"
 

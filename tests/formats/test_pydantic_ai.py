@@ -12,6 +12,11 @@ from typing import Any
 
 import attrs
 import pytest
+
+from tests.extras import needs
+
+pytest.importorskip("pydantic_ai", reason=needs("pydantic-ai"))
+
 from pydantic_ai import Agent, ModelRetry
 from pydantic_ai import messages as pm
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -41,6 +46,8 @@ from context_engine.formats.pydantic_ai import (
 from context_engine.structure import CLEARED_KEY, TRIMMED_KEY, TRUNCATION_KEY
 from context_engine.testing import FixedTokenCounter, synthetic_session
 from tests.conftest import load_corpus_dicts
+
+pytestmark = pytest.mark.extra("pydantic-ai")
 
 PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJ")
 T0 = dt.datetime(2025, 3, 1, 12, 0, tzinfo=dt.timezone.utc)

@@ -10,6 +10,11 @@ from typing import Any
 import attrs
 import pytest
 
+from tests.extras import needs
+
+pytest.importorskip("strands", reason=needs("strands"))
+
+
 from context_engine import ContextEngine, ContextSummary, ExtractiveSummarizer, Message, ToolCall
 from context_engine.errors import InvalidMessageError
 from context_engine.formats.strands import (
@@ -25,6 +30,8 @@ from context_engine.formats.strands import (
 from context_engine.invariants import check_view
 from context_engine.messages import ImageBlock, TextBlock, ThinkingBlock, Usage
 from context_engine.testing import FixedTokenCounter, synthetic_session
+
+pytestmark = pytest.mark.extra("strands")
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(40))
 

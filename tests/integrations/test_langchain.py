@@ -8,6 +8,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import pytest
+
+from tests.extras import needs
+
+pytest.importorskip("langchain", reason=needs("langchain"))
+pytest.importorskip("langchain_core", reason=needs("langchain"))
+
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
 from langchain_core.exceptions import ContextOverflowError
@@ -30,6 +36,8 @@ from context_engine.strategies.base import Budget
 from context_engine.summarize.extractive import ExtractiveSummarizer
 from context_engine.testing import FixedTokenCounter, RecordingSummarizer
 from context_engine.tokens import REQUEST_OVERHEAD_TOKENS
+
+pytestmark = pytest.mark.extra("langchain")
 
 COUNTER = FixedTokenCounter()
 LIMIT = 3_000  # the provider's real window in the overflow tests, below the engine's threshold

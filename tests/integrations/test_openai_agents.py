@@ -9,8 +9,13 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import attrs
-import openai
 import pytest
+
+from tests.extras import needs
+
+pytest.importorskip("agents", reason=needs("openai-agents"))
+
+import openai
 from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool
 from agents.items import ModelResponse
 from agents.models.interface import Model
@@ -38,6 +43,8 @@ from context_engine.summarize.extractive import ExtractiveSummarizer
 from context_engine.testing import FixedTokenCounter
 from context_engine.tokens import REQUEST_OVERHEAD_TOKENS
 from tests.provider_errors import openai_status_error
+
+pytestmark = pytest.mark.extra("openai-agents")
 
 INSTRUCTIONS = "You are a careful coding agent. Read the modules before you change them."
 TOOL_SCHEMA_TOKENS = 50  # what the fake provider bills on top of the messages

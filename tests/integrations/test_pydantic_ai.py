@@ -9,6 +9,11 @@ from typing import Any
 
 import attrs
 import pytest
+
+from tests.extras import needs
+
+pytest.importorskip("pydantic_ai", reason=needs("pydantic-ai"))
+
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -32,6 +37,8 @@ from context_engine.invariants import check_view
 from context_engine.strategies import FullSummary, HardTruncate
 from context_engine.summarize.extractive import ExtractiveSummarizer
 from context_engine.testing import FixedTokenCounter, RecordingSummarizer, synthetic_session
+
+pytestmark = pytest.mark.extra("pydantic-ai")
 
 STEPS = 40
 

@@ -13,6 +13,11 @@ from typing import Any
 
 import attrs
 import pytest
+
+from tests.extras import needs
+
+pytest.importorskip("strands", reason=needs("strands"))
+
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -30,6 +35,8 @@ from context_engine.integrations.strands import ContextEngineConversationManager
 from context_engine.invariants import check_view
 from context_engine.strategies import FullSummary, HardTruncate
 from context_engine.testing import FixedTokenCounter, RecordingSummarizer, synthetic_session
+
+pytestmark = pytest.mark.extra("strands")
 
 SYSTEM = "You review code. Read the modules one by one, then report."
 OVERFLOW = "prompt is too long: 250000 tokens > 200000 maximum"

@@ -6,9 +6,15 @@ import socket
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import pytest
+
+from tests.extras import needs
+
+pytest.importorskip("openai", reason=needs("openai"))
+pytest.importorskip("anthropic", reason=needs("anthropic"))
+
 import anthropic
 import openai
-import pytest
 
 from context_engine.errors import ConfigurationError, SummarizerError
 from context_engine.messages import Message
@@ -26,6 +32,8 @@ from tests.summarize.provider_server import (
     openai_error,
     openai_ok,
 )
+
+pytestmark = pytest.mark.extra("openai", "anthropic")
 
 SUMMARY = "## Goal\nShip the parser fix.\n## Next steps\nRun the tests."
 

@@ -6,9 +6,15 @@ import datetime as dt
 import email.utils
 from typing import Any
 
+import pytest
+
+from tests.extras import needs
+
+pytest.importorskip("openai", reason=needs("openai"))
+pytest.importorskip("anthropic", reason=needs("anthropic"))
+
 import anthropic
 import openai
-import pytest
 
 from context_engine.errors import ConfigurationError, SummarizerError
 from context_engine.messages import Message, ToolCall
@@ -28,6 +34,8 @@ from tests.provider_errors import (
     openai_status_error,
     openai_timeout,
 )
+
+pytestmark = pytest.mark.extra("openai", "anthropic")
 
 OVERFLOW = "prompt is too long: 9010 tokens > 8192 maximum"
 

@@ -1,0 +1,81 @@
+"""The optional extras the tests know, and how a test that needs one says so.
+
+The core tests run on the core dependencies and the test tools alone
+(``pip install -e '.[test]'``). A test that needs an extra is marked
+``@pytest.mark.extra("name")`` and skips when that extra is missing; a module whose own
+imports need it also calls ``pytest.importorskip(module, reason=needs("name"))`` before
+them. ``pytest --require-extras`` (every environment that installs all extras runs with it)
+stops the run instead, so a broken extra can never pass as a skip.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+
+# Each extra of pyproject.toml with the modules its tests import.
+EXTRAS: dict[str, tuple[str, ...]] = {
+    "cli": ("rich",),
+    "langchain": ("langchain", "langchain_core"),
+    "strands": ("strands",),
+    "pydantic-ai": ("pydantic_ai",),
+    "openai-agents": ("agents",),
+    "redis": ("redis",),
+    "openai": ("openai",),
+    "anthropic": ("anthropic",),
+}
+
+
+def needs(extra: str) -> str:
+    """The skip reason of a test that needs ``extra``."""
+    if extra not in EXTRAS:
+        raise ValueError(f"unknown extra {extra!r}; known: {sorted(EXTRAS)}")
+    return f"needs the {extra} extra (pip install 'context-engine[{extra}]')"
+
+
+def missing(extra: str) -> str | None:
+    """Why ``extra`` cannot be imported here, or None when all its modules import."""
+    for module in EXTRAS[extra]:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            return f"{module}: {exc}"
+    return None
+
+
+# The package's own modules that load an extra when imported.
+_OWN_MODULES: dict[str, str] = {
+    "context_engine.archive.redis": "redis",
+    "context_engine.summarize.openai": "openai",
+    "context_engine.summarize.anthropic": "anthropic",
+    **{
+        f"context_engine.{kind}.{name}": extra
+        for kind in ("formats", "integrations")
+        for name, extra in (
+            ("langchain", "langchain"),
+            ("strands", "strands"),
+            ("pydantic_ai", "pydantic-ai"),
+            ("openai_agents", "openai-agents"),
+        )
+    },
+}
+
+
+def extras_of_code(code: str) -> list[str]:
+    """The extras a piece of Python source imports, directly or through this package."""
+    modules: list[str] = []
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            modules.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            modules.append(node.module)
+            modules.extend(f"{node.module}.{alias.name}" for alias in node.names)
+    found: list[str] = []
+    for module in modules:
+        for extra, roots in EXTRAS.items():
+            if module.split(".")[0] in roots and extra not in found:
+                found.append(extra)
+        extra = _OWN_MODULES.get(module)
+        if extra is not None and extra not in found:
+            found.append(extra)
+    return found
