@@ -3,8 +3,8 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: demo test redis-server soak lint typecheck bench bench-quick bench-peers bench-peers-quick \
-	bench-economics bench-economics-quick bench-counting bench-fits clean
+.PHONY: demo test test-envs chromium redis-server soak lint typecheck bench bench-quick bench-peers \
+	bench-peers-quick bench-economics bench-economics-quick bench-counting bench-fits clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,14 +21,71 @@ $(STAMP): pyproject.toml | $(BIN)/python
 demo: $(VENV)/.installed
 	$(BIN)/context-engine demo
 
+LINTED := context_engine tests benchmarks examples
+
 lint: $(STAMP)
-	$(BIN)/ruff check context_engine tests benchmarks examples
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/mypy --strict context_engine
 
-test: lint redis-server
+# The suite also runs on these interpreters, each in two virtualenvs made from the package
+# index: .venv-X.Y-core holds the core dependencies and the test tools only (every test that
+# needs an extra skips there), .venv-X.Y-all adds every extra and runs the tests marked
+# `extra`. Their runs go on beside the default suite (the machine has two cores) and each
+# writes its log to .test-logs/; any failure fails `make test`.
+EXTRA_PYTHONS ?= 3.10 3.13
+EXTRA_RUNS    := $(foreach v,$(EXTRA_PYTHONS),$(v)-core $(v)-all)
+LOGS          := .test-logs
+
+# An interpreter for version $(1): PYTHON$(1) when set, else python$(1) on PATH when it runs
+# (pyenv's shim for a version other than the global one does not), else pyenv's own build.
+find_python = $(or $(PYTHON$(1)),$(shell for p in "$$(command -v python$(1))" \
+	$${PYENV_ROOT:-$$HOME/.pyenv}/versions/$(1).*/bin/python$(1); do \
+	[ -x "$$p" ] && "$$p" -c '' 2>/dev/null && { echo "$$p"; break; }; done))
+
+# A fresh virtualenv $(2) on Python $(1): one rebuilt from scratch never keeps a package
+# that pyproject.toml no longer asks for, which is what keeps the core one core-only.
+define new_venv
+	@py='$(call find_python,$(1))'; if [ -z "$$py" ]; then \
+		echo "no Python $(1) here: install it, or name it with PYTHON$(1)=/path/to/python$(1)" >&2; \
+		exit 1; fi; rm -rf $(2) && "$$py" -m venv $(2)
+	$(2)/bin/python -m pip install --quiet --upgrade pip
+endef
+
+.venv-%-core/.installed: pyproject.toml
+	$(call new_venv,$*,$(@D))
+	$(@D)/bin/pip install --quiet -e '.[test]'
+	touch $@
+
+.venv-%-all/.installed: pyproject.toml
+	$(call new_venv,$*,$(@D))
+	$(@D)/bin/pip install --quiet -e '.[test,all]'
+	touch $@
+
+# Every environment, installed side by side (the installs mostly wait on downloads).
+test-envs:
+	@$(MAKE) --no-print-directory -j4 $(STAMP) $(foreach r,$(EXTRA_RUNS),.venv-$(r)/.installed)
+
+chromium:
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium) \
 		|| echo "chromium not installed; its test will skip"
-	$(BIN)/pytest -q
+
+test: test-envs lint redis-server chromium
+	@rm -rf $(LOGS) && mkdir -p $(LOGS)
+	@( for run in $(EXTRA_RUNS); do \
+		case $$run in *-core) only="";; *) only="-m extra --require-extras";; esac; \
+		.venv-$$run/bin/pytest -q -p no:cacheprovider $$only > $(LOGS)/$$run.log 2>&1; \
+		echo $$? > $(LOGS)/$$run.rc; \
+	done ) & extra=$$!; \
+	$(BIN)/pytest -q --require-extras; default=$$?; \
+	wait $$extra; failed=0; \
+	for run in $(EXTRA_RUNS); do \
+		rc=$$(cat $(LOGS)/$$run.rc); \
+		if [ "$$rc" != 0 ]; then failed=1; echo "== Python $$run failed ($(LOGS)/$$run.log):"; \
+			tail -n 60 $(LOGS)/$$run.log; fi; \
+		echo "== Python $$run: $$(tail -n 1 $(LOGS)/$$run.log)"; \
+	done; \
+	[ $$default = 0 ] && [ $$failed = 0 ]
 
 # A throwaway redis-server on loopback for the Redis archive tests (tests/archive), started
 # once and left running: no persistence, nothing but 127.0.0.1. The tests read
@@ -90,4 +147,5 @@ bench-economics-quick: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python benchmarks/economics.py --quick
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) build dist .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(BENCH_VENV) .venv-*-core .venv-*-all $(LOGS) build dist .mypy_cache \
+		.pytest_cache .ruff_cache

@@ -11,7 +11,7 @@ import pytest
 os.environ["CONTEXT_ENGINE_OFFLINE"] = "1"
 
 from context_engine.testing import FixedTokenCounter
-from tests.extras import EXTRAS, missing, needs
+from tests.extras import EXTRAS, installable, missing, needs
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus" / "dev"
 
@@ -44,7 +44,11 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_sessionstart(session: pytest.Session) -> None:
     if not session.config.getoption("--require-extras"):
         return
-    broken = [f"{name}: {why}" for name in EXTRAS if (why := missing(name)) is not None]
+    broken = [
+        f"{name}: {why}"
+        for name in EXTRAS
+        if installable(name) and (why := missing(name)) is not None
+    ]
     if broken:
         pytest.exit("--require-extras, but these extras do not import: " + "; ".join(broken), 3)
 

@@ -5,13 +5,15 @@ The core tests run on the core dependencies and the test tools alone
 ``@pytest.mark.extra("name")`` and skips when that extra is missing; a module whose own
 imports need it also calls ``pytest.importorskip(module, reason=needs("name"))`` before
 them. ``pytest --require-extras`` (every environment that installs all extras runs with it)
-stops the run instead, so a broken extra can never pass as a skip.
+stops the run instead when an extra that this Python can install does not import, so a
+broken extra can never pass as a skip.
 """
 
 from __future__ import annotations
 
 import ast
 import importlib
+import sys
 
 # Each extra of pyproject.toml with the modules its tests import.
 EXTRAS: dict[str, tuple[str, ...]] = {
@@ -24,6 +26,15 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "openai": ("openai",),
     "anthropic": ("anthropic",),
 }
+
+
+# Extras that cannot be installed on older Pythons, with the first Python they install on.
+MINIMUM_PYTHON: dict[str, tuple[int, int]] = {"pydantic-ai": (3, 11)}
+
+
+def installable(extra: str) -> bool:
+    """Whether ``extra`` can be installed on this Python at all."""
+    return sys.version_info >= MINIMUM_PYTHON.get(extra, (3, 0))
 
 
 def needs(extra: str) -> str:
