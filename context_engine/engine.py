@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import attrs
 
@@ -249,14 +249,16 @@ class ContextEngine:
         summarizer: Callable[..., Any] | None = None,
         seed: Callable[[], Any] | None = None,
         redactor: Redactor | None = None,
+        tool_result_cap: Strategy | Literal["default"] | None = "default",
         **options: Any,
     ) -> ContextEngine:
         """The recommended pipeline.
 
-        Tool-result cap, tool-result microcompact, light trim, session memory
-        (when ``seed`` is given), full summary (when ``summarizer`` is given;
-        ``redactor`` removes secrets from what it is sent), hard truncate.
-        ``options`` go to the constructor.
+        Tool-result cap (``tool_result_cap``: a configured `ToolResultCap`, or
+        None to leave it out), tool-result microcompact, light trim, session
+        memory (when ``seed`` is given), full summary (when ``summarizer`` is
+        given; ``redactor`` removes secrets from what it is sent), hard
+        truncate. ``options`` go to the constructor.
         """
         from context_engine.strategies import (
             FullSummary,
@@ -267,7 +269,10 @@ class ContextEngine:
             ToolResultMicrocompact,
         )
 
-        strategies: list[Strategy] = [ToolResultCap(), ToolResultMicrocompact(), LightTrim()]
+        cap = ToolResultCap() if tool_result_cap == "default" else tool_result_cap
+        strategies: list[Strategy] = [ToolResultMicrocompact(), LightTrim()]
+        if cap is not None:
+            strategies.insert(0, cap)
         if seed is not None:
             strategies.append(SessionMemory(seed=seed))
         if summarizer is not None:

@@ -159,15 +159,7 @@ def test_the_quick_run_writes_its_table_and_json(fits: ModuleType, tmp_path: Pat
 
 # -- the corpus figure: 0 views above the threshold where a fitting view existed ------------
 
-FAILING_TODAY = {
-    "healthy": "issue 14: the newest tool group is protected, so one huge fresh tool result "
-    "makes every view futile",
-    "summarizer_down": "issue 14: a failing LLM strategy stops the pipeline before HardTruncate",
-    "summarizer_and_archive_down": "issue 14: a failing summarizer and a dead archive store "
-    "mean no rewrite at all",
-    "no_summarizer": "issue 14: the newest tool group is protected, so one huge fresh tool "
-    "result makes every view futile",
-}
+FAILING_TODAY: dict[str, str] = {}
 """Conditions whose quick corpus replay has avoidable views on today's code, with the cause."""
 
 

@@ -24,7 +24,7 @@ from context_engine.archive.redis import RedisArchive
 from context_engine.archive.shared import SharedSummarizerBreaker
 from context_engine.archive.sqlite import SQLiteArchive
 from context_engine.breaker import CircuitBreaker
-from context_engine.strategies import FullSummary, HardTruncate, LightTrim, ToolResultMicrocompact
+from context_engine.strategies import FullSummary, LightTrim, ToolResultMicrocompact
 from context_engine.summarize.openai import OpenAISummarizer
 from context_engine.summarize.retry import RetryPolicy
 from context_engine.testing import RecordingSummarizer
@@ -109,7 +109,7 @@ FLOAT_SETTINGS: list[tuple[str, Callable[[float], object]]] = [
     ("retry-max-wait", lambda v: RetryPolicy(max_wait=v)),
     ("retry-jitter", lambda v: RetryPolicy(jitter=v)),
     ("retry-drop-fraction", lambda v: RetryPolicy(overflow_drop_fraction=v)),
-    ("hard-truncate-share", lambda v: HardTruncate(max_user_share=v)),
+    ("engine-max-user-share", lambda v: ContextEngine(1000, max_user_share=v)),
     ("light-trim-step", lambda v: LightTrim(trimming_step=v)),
     ("microcompact-step", lambda v: ToolResultMicrocompact(clearing_step=v)),
     (

@@ -343,6 +343,7 @@ async def test_engine_views_survive_a_round_trip_through_strands() -> None:
     assert transcript == session
     engine = ContextEngine.default(
         6_000,
+        tool_result_cap=None,  # the round trip of a checkpoint is what this test is about
         reserve_tokens=1_000,
         summarizer=ExtractiveSummarizer(),
         token_counter=FixedTokenCounter(),

@@ -120,6 +120,7 @@ def make_harness(window: int = 3000, reserve: int = 600) -> Harness:
     harness = Harness(counter, None, None)  # type: ignore[arg-type]  # filled below
     harness.engine = ContextEngine.default(
         window,
+        tool_result_cap=None,  # these runs exercise checkpoints, which a cap would make rare
         summarizer=ExtractiveSummarizer(),
         token_counter=counter,
         reserve_tokens=reserve,

@@ -142,6 +142,7 @@ def make_engine(
     options.setdefault("reserve_tokens", 2000)
     return ContextEngine.default(
         8000,
+        tool_result_cap=None,  # these runs exercise checkpoints, which a cap would make rare
         summarizer=ExtractiveSummarizer(),
         token_counter=counter,
         on_project=events.append,

@@ -145,6 +145,7 @@ def make_run(
     recoveries: list[RewriteEvent] = []
     engine = engine or ContextEngine.default(
         window,
+        tool_result_cap=None,  # these loops exercise checkpoints, which a cap would make rare
         reserve_tokens=window // 4,
         summarizer=ExtractiveSummarizer(),
         token_counter=counter,
