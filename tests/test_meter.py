@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from context_engine import Message, ToolCall
+from context_engine import ImageBlock, Message, TextBlock, ToolCall
 from context_engine.meter import Meter, _shared_prefix, starts_with
 from context_engine.structure import analyze
 from context_engine.testing import FixedTokenCounter
@@ -141,7 +141,11 @@ def test_prefix_tokens_of_a_measured_view_count_only_its_tail() -> None:
 
 
 def naive_floor(
-    meter: Meter, view: tuple[Message, ...], estimate: UsageEstimate, threshold: int
+    meter: Meter,
+    view: tuple[Message, ...],
+    estimate: UsageEstimate,
+    threshold: int,
+    share: float | None,
 ) -> int:
     shape = analyze(view)
     total = 0
@@ -149,8 +153,9 @@ def naive_floor(
         if not shape.is_protected(index):
             continue
         tokens = meter.counter.count_message(message)
-        if index == shape.last_user and meter.max_user_share is not None:
-            tokens = min(tokens, int(meter.max_user_share * threshold))
+        trimmable = any(isinstance(block, TextBlock) for block in message.content)
+        if index == shape.last_user and share is not None and trimmable:
+            tokens = min(tokens, int(share * threshold))
         total += tokens
     correction = estimate.tokens - meter.counts(view)[0][-1] - REQUEST_OVERHEAD_TOKENS
     return max(0, total + REQUEST_OVERHEAD_TOKENS + correction)
@@ -162,11 +167,11 @@ def test_floor_counts_the_lead_the_newest_user_message_and_the_tail(
     transcript: list[Message], share: float | None, threshold: int
 ) -> None:
     """The floor is the protected messages' tokens, the newest user message capped to its share."""
-    meter = Meter(FixedTokenCounter(), max_user_share=share)
+    meter = Meter(FixedTokenCounter())
     view = tuple(transcript)
     estimate = meter.estimate(view, None)
-    assert meter.floor_tokens(view, estimate, threshold) == naive_floor(
-        meter, view, estimate, threshold
+    assert meter.floor_tokens(view, estimate, threshold, share) == naive_floor(
+        meter, view, estimate, threshold, share
     )
 
 
@@ -180,10 +185,27 @@ def test_floor_caps_a_newest_user_message_inside_the_tail() -> None:
         Message.tool("c1", "r" * 400),
         Message.user("u" * 4000),
     )
-    meter = Meter(FixedTokenCounter(), max_user_share=0.1)
+    meter = Meter(FixedTokenCounter())
     estimate = meter.estimate(view, None)
     shape = analyze(view)
     assert shape.last_user >= shape.tail_start
-    floor = meter.floor_tokens(view, estimate, 1000)
-    assert floor == naive_floor(meter, view, estimate, 1000)
+    floor = meter.floor_tokens(view, estimate, 1000, 0.1)
+    assert floor == naive_floor(meter, view, estimate, 1000, 0.1)
     assert floor < meter.counter.count_message(view[-1])
+    assert meter.floor_tokens(view, estimate, 1000) > meter.counter.count_message(view[-1])
+
+
+def test_floor_counts_an_image_only_newest_user_message_whole() -> None:
+    """Only text can be trimmed, so a share does not cap a message of images alone."""
+    image = ImageBlock(data="iVBORw0KGgo=" * 200, media_type="image/png")
+    view = (Message.system("s"), Message("user", (image,)))
+    meter = Meter(FixedTokenCounter())
+    estimate = meter.estimate(view, None)
+    whole = meter.floor_tokens(view, estimate, 100)
+    assert meter.floor_tokens(view, estimate, 100, 0.1) == whole
+    assert whole >= meter.counter.count_message(view[-1])
+    with_text = (view[0], Message("user", (TextBlock("look " * 200), image)))
+    estimate = meter.estimate(with_text, None)
+    assert meter.floor_tokens(with_text, estimate, 100, 0.1) < meter.floor_tokens(
+        with_text, estimate, 100
+    )

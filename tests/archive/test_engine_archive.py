@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from context_engine import (
-    CompactionError,
     ConfigurationError,
     ContextEngine,
     ContextSummary,
@@ -205,41 +204,70 @@ async def test_hard_truncate_marker_names_the_dropped_range() -> None:
 
 
 @pytest.mark.parametrize("operation", ["project", "compact", "recover_overflow"])
-async def test_a_store_failing_on_write_returns_no_view_that_lost_content(operation: str) -> None:
-    """The rewrite is not applied: the error carries the input unchanged, nothing else leaks."""
+async def test_a_store_failing_on_write_hands_out_a_view_only_rewrite_and_commits_nothing(
+    operation: str,
+) -> None:
+    """No error: deterministic rewrites without references fit the view; the archive step says why.
+
+    Nothing is committed (the caller's transcript still holds every original),
+    no LLM strategy paid for a checkpoint that could not be archived, and the
+    breaker does not count the store's failure.
+    """
     archive = FailingArchive()
     events: list[object] = []
-    engine = engine_with(archive, window=4_000, on_project=events.append)
+    engine = engine_with(
+        archive,
+        window=4_000,
+        on_project=events.append,
+        on_compact=events.append,
+        on_recover=events.append,
+    )
     session = agent_session(40)
     run = {
         "project": lambda: engine.project(session),
         "compact": lambda: engine.compact(session),
         "recover_overflow": lambda: engine.recover_overflow(session, "prompt is too long"),
     }[operation]
-    with pytest.raises(CompactionError) as info:
-        await run()
+    result = await run()
     assert archive.writes == 1
-    assert info.value.strategy == "archive"
-    assert info.value.view == tuple(session)
-    assert info.value.commit is None
-    assert isinstance(info.value.__cause__, Exception)
-    assert events == []  # no event describes a view that was never handed out
-    assert engine.breaker.failures == (1 if operation == "project" else 0)
+    assert result.changed
+    assert result.usage.fits
+    assert result.commit is None
+    assert check_view(session, result.messages) == []
+    assert references_in(result.messages) == []  # no reference to an original the store lacks
+    assert result.event is not None
+    assert events == [result.event]
+    assert result.event.references == ()
+    assert not result.event.committed
+    archive_step = result.event.steps[-1]
+    assert archive_step.name == "archive"
+    assert not archive_step.applied
+    assert archive_step.error is not None
+    assert "disk full" in archive_step.error
+    assert not any(step.applied for step in result.event.steps if step.name == "full_summary")
+    assert engine.breaker.failures == 0
 
 
-async def test_a_dead_store_opens_the_breaker_which_then_passes_the_input_through() -> None:
+async def test_a_dead_store_never_opens_the_breaker_and_every_view_fits() -> None:
+    """The store's failures are not the LLM's: each call retries the store and still fits."""
     archive = FailingArchive()
     engine = engine_with(archive, window=4_000, max_consecutive_failures=2)
     session = agent_session(40)
-    for _ in range(2):
-        with pytest.raises(CompactionError):
-            await engine.project(session)
-    skipped = await engine.project(session)
-    assert skipped.strategy == "circuit_breaker"
-    assert skipped.messages == tuple(session)
+    for call in range(1, 5):
+        result = await engine.project(session)
+        assert archive.writes == call
+        assert result.strategy != "circuit_breaker"
+        assert result.changed
+        assert result.usage.fits
+        assert result.commit is None
+        assert check_view(session, result.messages) == []
+        assert (engine.breaker_state, engine.consecutive_failures) == ("closed", 0)
 
 
-async def test_a_failing_strategy_hands_out_its_best_view_only_if_its_originals_are_kept() -> None:
+async def test_a_failing_strategy_keeps_the_cheaper_view_and_references_only_what_was_kept() -> (
+    None
+):
+    """Microcompact's view goes out either way; it names references only when they were stored."""
     session = agent_session(40)
     for archive, keeps in ((MemoryArchive(), True), (FailingArchive(), False)):
         engine = ContextEngine(
@@ -250,14 +278,22 @@ async def test_a_failing_strategy_hands_out_its_best_view_only_if_its_originals_
             archive=archive,
             session_id="s",
         )
-        with pytest.raises(CompactionError) as info:
-            await engine.project(session)
-        assert info.value.strategy == "exploding"
+        result = await engine.project(session)
+        assert result.strategy == "tool_result_microcompact"
+        assert result.messages != tuple(session)
+        assert result.commit is None
+        assert check_view(session, result.messages) == []
+        assert result.event is not None
+        steps = {step.name: step for step in result.event.steps}
+        assert steps["tool_result_microcompact"].applied
         if keeps:
-            assert info.value.view != tuple(session)
-            assert await assert_removed_are_recallable(engine, session, info.value.view) >= 10
+            assert steps["exploding"].error is not None
+            assert "summarizer endpoint is down" in steps["exploding"].error
+            assert engine.consecutive_failures == 1
+            assert await assert_removed_are_recallable(engine, session, result.messages) >= 10
         else:
-            assert info.value.view == tuple(session)
+            assert steps["archive"].error is not None
+            assert references_in(result.messages) == []
 
 
 # -- the dev corpus -------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Fault injection: summarizers, seeds and hooks that fail in every way we could think of.
 
-Each scenario asserts the documented outcome (an error carrying the best view, a
-recorded no-op and the next strategy, a breaker trip and its half-open recovery)
+Each scenario asserts the documented outcome (a failure recorded on its step while
+the next strategies make the view fit, a recorded no-op and the next strategy, a
+breaker trip and its half-open recovery, an error only from a manual /compact)
 and that every view handed back, on a result or on an error, keeps the invariants.
 """
 
@@ -88,41 +89,67 @@ FAILING_SUMMARIZERS = [
 ]
 
 
+def summary_then_truncate(summarizer: Any, **options: Any) -> ContextEngine:
+    """`FullSummary` (one call per compaction on `turns`) with `HardTruncate` behind it."""
+    summary = FullSummary(
+        summarizer=summarizer,
+        keep_recent_tokens=1_000,
+        summarizer_window=1_000_000,
+        timeout_seconds=options.pop("timeout_seconds", 5.0),
+    )
+    return ContextEngine(8_000, [summary, HardTruncate()], token_counter=COUNTER, **options)
+
+
+def steps_of(result: Any) -> dict[str, Any]:
+    """The steps of ``result``'s event by strategy name."""
+    assert result.event is not None
+    return {step.name: step for step in result.event.steps}
+
+
 @pytest.mark.parametrize(("summarizer", "problem"), FAILING_SUMMARIZERS)
-async def test_a_failing_summarizer_raises_compaction_error_with_a_valid_best_view(
+async def test_a_failing_summarizer_is_recorded_counted_once_and_the_view_still_fits(
     summarizer: Any, problem: str
 ) -> None:
-    """CompactionError, SummarizerError as cause, one breaker count, a view that can be sent."""
+    """No exception: the step records the error, one breaker count, the next strategy fits it."""
     transcript = turns(30)
-    engine = summary_engine(summarizer, timeout_seconds=0.05)
-    with pytest.raises(CompactionError) as info:
-        await engine.project(transcript)
-    error = info.value
-    assert isinstance(error.__cause__, SummarizerError)
-    assert problem in str(error.__cause__)
-    assert error.strategy == "full_summary"
-    assert engine.consecutive_failures == error.failures == 1
-    assert error.view == tuple(transcript)  # nothing applied before the failure
-    assert error.commit is None
-    valid(transcript, error.view)
+    engine = summary_then_truncate(summarizer, timeout_seconds=0.05)
+    result = await engine.project(transcript)
+    steps = steps_of(result)
+    assert list(steps) == ["full_summary", "hard_truncate"]
+    assert not steps["full_summary"].applied
+    assert steps["full_summary"].error is not None
+    assert problem in steps["full_summary"].error
+    assert steps["hard_truncate"].applied
+    assert steps["hard_truncate"].error is None
+    assert result.strategy == "hard_truncate"
+    assert result.fits
+    assert result.commit is None  # nothing was paid for
+    assert result.event is not None
+    assert engine.consecutive_failures == result.event.failures == 1
+    valid(transcript, result.messages)
     snapshot = engine.snapshot()
     assert snapshot is not None
-    assert snapshot.messages == error.view
+    assert snapshot.messages == result.messages
 
 
 @pytest.mark.parametrize(("summarizer", "problem"), FAILING_SUMMARIZERS[:6])
-async def test_the_best_view_after_cheaper_strategies_survives_a_summarizer_failure(
+async def test_the_cheaper_strategies_work_survives_a_summarizer_failure_and_the_view_fits(
     summarizer: Any, problem: str, tool_session: list[Message]
 ) -> None:
-    """The error's view is what microcompact and light trim made: rewritten, valid, smaller."""
+    """Microcompact and light trim stay applied, the failure is on its step, truncation fits."""
     engine = full_engine(summarizer, window=6_000, timeout_seconds=0.05)
-    with pytest.raises(CompactionError) as info:
-        await engine.project(tool_session)
-    error = info.value
-    assert problem in str(error.__cause__)
-    assert error.view != tuple(tool_session)
-    assert engine.estimate(error.view).tokens < engine.estimate(tool_session).tokens
-    valid(tool_session, error.view)
+    result = await engine.project(tool_session)
+    steps = steps_of(result)
+    assert steps["tool_result_microcompact"].applied
+    assert steps["full_summary"].error is not None
+    assert problem in steps["full_summary"].error
+    assert not steps["full_summary"].applied
+    assert steps["hard_truncate"].applied
+    assert result.fits
+    assert result.commit is None
+    assert engine.consecutive_failures == 1
+    assert engine.estimate(result.messages).tokens < engine.estimate(tool_session).tokens
+    valid(tool_session, result.messages)
 
 
 @pytest.fixture
@@ -130,16 +157,30 @@ def tool_session() -> list[Message]:
     return agent_session(40, result_chars=2_000)
 
 
-async def test_compact_and_recover_overflow_raise_with_a_valid_view_and_count_nothing() -> None:
-    """Forced runs raise CompactionError too; compact never counts toward the breaker."""
+async def test_compact_raises_and_recover_overflow_records_the_failure_counting_nothing() -> None:
+    """/compact raises with a fitting view and no commit; recovery fits and records the error.
+
+    Neither counts toward the breaker: only `project` does.
+    """
     transcript = turns(30)
-    engine = summary_engine(raises(ConnectionError("refused")))
+    engine = summary_then_truncate(raises(ConnectionError("refused")))
     with pytest.raises(CompactionError) as compacted:
         await engine.compact(transcript, instructions="keep names")
-    valid(transcript, compacted.value.view)
-    with pytest.raises(CompactionError) as recovered:
-        await engine.recover_overflow(transcript, "prompt is too long: 9000 tokens > 8000")
-    valid(transcript, recovered.value.view)
+    error = compacted.value
+    assert str(error).startswith("manual compaction wrote no checkpoint: ")
+    assert "ConnectionError" in str(error)
+    assert error.strategy == "full_summary"
+    assert error.commit is None
+    assert error.failures == 0
+    assert engine.estimate(error.view).tokens <= 8_000 - engine.reserve_tokens
+    valid(transcript, error.view)
+    recovered = await engine.recover_overflow(transcript, "prompt is too long: 9000 tokens > 8000")
+    steps = steps_of(recovered)
+    assert steps["full_summary"].error is not None
+    assert "ConnectionError" in steps["full_summary"].error
+    assert recovered.info is None  # no checkpoint was written
+    assert recovered.usage.fits
+    valid(transcript, recovered.messages)
     assert engine.consecutive_failures == 0
 
 
@@ -254,36 +295,46 @@ async def test_a_summarizer_failing_every_second_call_never_opens_the_breaker() 
     outcomes = []
     for round_ in range(8):
         transcript = transcript + turns(12, tag=f"r{round_}")[1:]
-        try:
-            result = await engine.project(transcript)
-        except CompactionError as error:
-            valid(transcript, error.view)
+        result = await engine.project(transcript)
+        valid(transcript, result.messages)
+        if steps_of(result)["full_summary"].error is not None:
+            assert result.commit is None
             outcomes.append(("failed", engine.consecutive_failures, engine.breaker_state))
         else:
-            valid(transcript, result.messages)
             assert result.commit is not None
-            transcript = list(result.commit or ())
+            transcript = list(result.commit)
             outcomes.append(("committed", engine.consecutive_failures, engine.breaker_state))
     assert calls == 8
     assert outcomes == [("committed", 0, "closed"), ("failed", 1, "closed")] * 4
 
 
 async def test_the_breaker_trips_skips_and_recovers_half_open() -> None:
-    """Trip at max failures, skip one call, trial fails (re-open), skip, trial succeeds (close)."""
+    """Trip at max failures, skip one call, trial fails (re-open), skip, trial succeeds (close).
+
+    Every call, skipped or failed, still hands out a fitting view: hard truncation runs.
+    """
     summarizer = Switchable("raise")
     events: list[Any] = []
-    engine = summary_engine(summarizer, max_consecutive_failures=2, on_project=events.append)
+    engine = summary_then_truncate(summarizer, max_consecutive_failures=2, on_project=events.append)
     transcript = turns(30)
     states = []
 
     async def call() -> str:
-        try:
-            result = await engine.project(transcript)
-        except CompactionError as error:
-            valid(transcript, error.view)
-            return "failed"
+        result = await engine.project(transcript)
         valid(transcript, result.messages)
-        return "skipped" if result.strategy == "circuit_breaker" else "rewritten"
+        assert result.fits
+        summary = steps_of(result)["full_summary"]
+        if result.event is not None and result.event.reason == "circuit_breaker":
+            assert not summary.applied
+            assert summary.error == "circuit breaker open"
+            assert result.strategy == "hard_truncate"
+            assert result.event.failures == 2
+            return "skipped"
+        if summary.error is not None:
+            assert result.strategy == "hard_truncate"
+            return "failed"
+        assert summary.applied
+        return "rewritten"
 
     for switch_at in (None, None, None, None, None, "ok", None):
         if switch_at:
@@ -301,8 +352,15 @@ async def test_the_breaker_trips_skips_and_recovers_half_open() -> None:
     # The skipped calls paid for nothing, and the second rewrite of the same transcript
     # reused the answer the first one paid for.
     assert summarizer.calls == 4
-    assert [e.reason for e in events] == ["circuit_breaker", "circuit_breaker", *["threshold"] * 2]
-    assert all(e.view == tuple(transcript) for e in events[:2])
+    assert [e.reason for e in events] == [
+        "threshold",
+        "threshold",
+        "circuit_breaker",
+        "threshold",
+        "circuit_breaker",
+        "threshold",
+        "threshold",
+    ]
 
 
 async def test_a_successful_overflow_recovery_closes_an_open_breaker() -> None:
@@ -310,8 +368,8 @@ async def test_a_successful_overflow_recovery_closes_an_open_breaker() -> None:
     summarizer = Switchable("raise")
     engine = summary_engine(summarizer, max_consecutive_failures=1)
     transcript = turns(30)
-    with pytest.raises(CompactionError):
-        await engine.project(transcript)
+    failed = await engine.project(transcript)
+    assert steps_of(failed)["full_summary"].error is not None
     assert engine.breaker_state == "open"
     summarizer.mode = "ok"
     recovered = await engine.recover_overflow(transcript, "maximum context length exceeded")
@@ -478,8 +536,9 @@ async def test_a_caller_timeout_around_project_keeps_the_failure_count() -> None
     summarizer = Switchable("raise")
     engine = summary_engine(summarizer)
     transcript = turns(30)
-    with pytest.raises(CompactionError):
-        await engine.project(transcript)
+    failed = await engine.project(transcript)
+    assert steps_of(failed)["full_summary"].error is not None
+    assert engine.consecutive_failures == 1
     summarizer.mode = "wait"
     with pytest.raises(asyncio.TimeoutError):
         await asyncio.wait_for(engine.project(transcript), 0.05)

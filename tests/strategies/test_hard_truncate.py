@@ -50,7 +50,12 @@ def measure_with(counter: FixedTokenCounter) -> Callable[[Sequence[Message]], in
     return lambda messages: sum(counter.count_message(m) for m in messages)
 
 
-def budget_for(view: Sequence[Message], counter: FixedTokenCounter, threshold: int) -> Budget:
+def budget_for(
+    view: Sequence[Message],
+    counter: FixedTokenCounter,
+    threshold: int,
+    max_user_share: float | None = 0.5,
+) -> Budget:
     measure = measure_with(counter)
     return Budget(
         tokens=measure(view),
@@ -58,6 +63,7 @@ def budget_for(view: Sequence[Message], counter: FixedTokenCounter, threshold: i
         threshold=threshold,
         counter=counter,
         measure=measure,
+        max_user_share=max_user_share,
     )
 
 
@@ -114,11 +120,12 @@ async def run(
     threshold: int,
     *,
     transcript: Sequence[Message] | None = None,
+    max_user_share: float | None = 0.5,
 ) -> StrategyResult:
     """Apply, then check what every run must keep."""
     source = list(view if transcript is None else transcript)
     before_view, before_source = copy.deepcopy(list(view)), copy.deepcopy(source)
-    budget = budget_for(view, counter, threshold)
+    budget = budget_for(view, counter, threshold, max_user_share)
     result = await strategy.apply(source, view, budget)
     assert list(view) == before_view, "view mutated"
     assert source == before_source, "transcript mutated"
@@ -169,7 +176,7 @@ def test_is_a_plain_strategy_without_llm_not_a_force_compaction_one() -> None:
     assert not hasattr(strategy, "force_apply")
     assert strategy.name == "hard_truncate"
     assert HardTruncate.uses_llm is False
-    assert strategy.max_user_share == 0.5
+    assert not hasattr(strategy, "max_user_share")  # the share is the budget's, not its own
 
 
 @pytest.mark.parametrize(
@@ -183,8 +190,9 @@ def test_is_a_plain_strategy_without_llm_not_a_force_compaction_one() -> None:
     ],
 )
 def test_bad_max_user_share_says_how_to_fix_it(share: Any) -> None:
+    """The share is the engine's setting now (its floor and the strategy use the same one)."""
     with pytest.raises(ConfigurationError, match=r"max_user_share=.* must be a number in \(0, 1\]"):
-        HardTruncate(max_user_share=share)
+        ContextEngine(8_000, [HardTruncate()], max_user_share=share)
 
 
 async def test_drops_the_oldest_whole_turns_first(counter: FixedTokenCounter) -> None:
@@ -424,12 +432,14 @@ async def test_max_user_share_is_the_least_the_newest_user_message_keeps(
     counter: FixedTokenCounter, share: float, limit: int, fits: bool
 ) -> None:
     view = newest_user_view(1500)  # 3004-token message; 1000 - 14 - 37 = 949 would fit
-    strategy = HardTruncate(max_user_share=share)
-    result = await run(strategy, view, counter, 1_000)
+    strategy = HardTruncate()
+    result = await run(strategy, view, counter, 1_000, max_user_share=share)
     user = next(m for m in result.messages if TRIMMED_KEY in m.metadata)
     assert 0.95 * limit <= counter.count_message(user) <= limit
     assert (measure_with(counter)(result.messages) <= 1_000) is fits
-    again = await run(strategy, result.messages, counter, 1_000, transcript=view)
+    again = await run(
+        strategy, result.messages, counter, 1_000, transcript=view, max_user_share=share
+    )
     assert not again.applied
 
 
@@ -550,10 +560,13 @@ def test_truncate_view_learns_a_constant_offset_from_one_measure(
     view = tiny_steps_session(8_000)
     measure = CountingMeasure(counter, lambda n: n + 500)
     budget = Budget(
-        tokens=measure.counted(view), window=40_000, threshold=20_000, counter=counter,
+        tokens=measure.counted(view),
+        window=40_000,
+        threshold=20_000,
+        counter=counter,
         measure=measure,
     )
-    messages, replaced = truncate_view(view, budget, max_user_share=0.5)
+    messages, replaced = truncate_view(view, budget)
     assert measure.calls == 2
     assert check_view(view, messages) == []
     assert 20_000 - 15 - 2 < measure.counted(messages) + 500 <= 20_000

@@ -101,18 +101,18 @@ async def run(
     before_view, before_source = copy.deepcopy(list(view)), copy.deepcopy(source)
     budget = budget_for(source if force else view, counter, threshold)
     if force:
-        result = await strategy.force_apply(source, view, budget, instructions="keep names")
+        result = await strategy.force_apply(source, budget, instructions="keep names")
     else:
         result = await strategy.apply(source, view, budget)
     assert list(view) == before_view, "view mutated"
     assert source == before_source, "transcript mutated"
     assert check_view(source, result.messages) == []
+    base = source if force else list(view)
     if not result.applied:
-        assert result.messages == tuple(view)
+        assert result.messages == tuple(base)  # a forced no-op hands the transcript on
         assert result.info is None
         assert result.replaced == ()
         return result
-    base = source if force else list(view)
     info = result.info
     assert isinstance(info, SummaryInfo)
     measure = measure_with(counter)
@@ -285,23 +285,22 @@ async def test_force_apply_runs_below_the_threshold_from_the_transcript(
 ) -> None:
     seed, calls = calls_counted()
     transcript = chat(6)
-    degraded_view = [transcript[0], *transcript[-2:]]
     strategy = SessionMemory(seed=seed, keep_recent_tokens=100)
-    result = await run(strategy, degraded_view, counter, 10_000, force=True, transcript=transcript)
+    result = await run(strategy, transcript, counter, 10_000, force=True)
     assert result.applied
     assert calls == [1]
     assert result.replaced == tuple(transcript[1:9])
     assert list(result.messages[2:]) == transcript[9:]
 
 
-async def test_force_apply_no_op_hands_on_the_view_it_was_given(
+async def test_force_apply_no_op_hands_the_transcript_on_unchanged(
     counter: FixedTokenCounter,
 ) -> None:
     transcript = chat(6)
-    degraded_view = [transcript[0], *transcript[-2:]]
     strategy = SessionMemory(seed=raising_sync_seed, keep_recent_tokens=100)
-    result = await run(strategy, degraded_view, counter, 300, force=True, transcript=transcript)
-    assert result.messages == tuple(degraded_view)
+    result = await run(strategy, transcript, counter, 300, force=True)
+    assert not result.applied
+    assert result.messages == tuple(transcript)
     assert result.error == "seed raised ValueError: bad memory"
 
 
@@ -324,8 +323,8 @@ async def test_force_apply_ignores_instructions(counter: FixedTokenCounter) -> N
     transcript = chat(6)
     strategy = SessionMemory(seed=sync_seed, keep_recent_tokens=100)
     budget = budget_for(transcript, counter, 10_000)
-    plain = await strategy.force_apply(transcript, transcript, budget)
-    steered = await strategy.force_apply(transcript, transcript, budget, instructions="be brief")
+    plain = await strategy.force_apply(transcript, budget)
+    steered = await strategy.force_apply(transcript, budget, instructions="be brief")
     assert plain.messages == steered.messages
 
 
