@@ -53,6 +53,7 @@ def _economics_verdict(data: dict[str, Any] | None) -> tuple[bool | None, str]:
     ]
     return all(v["met"] for v in found), "; ".join(parts) + " (benchmarks.md, economics)"
 
+
 PRE_CALL_PEERS = (
     "lc_trim_approx",
     "lc_trim_tiktoken",

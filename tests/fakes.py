@@ -95,9 +95,7 @@ class Checkpointer:
             return StrategyResult.unchanged(view)
         checkpoint = ContextSummary(summary=self.summary, tokens_before=0)
         out = [*view[:start], checkpoint, *(view[i] for i in keep)]
-        return StrategyResult(
-            messages=out, applied=True, removed=[Removal("messages", removed)]
-        )
+        return StrategyResult(messages=out, applied=True, removed=[Removal("messages", removed)])
 
     async def apply(
         self, transcript: Sequence[Message], view: Sequence[Message], budget: Budget

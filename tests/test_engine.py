@@ -278,9 +278,7 @@ async def test_successful_rewrite_closes_the_breaker() -> None:
 
 
 async def test_a_failing_deterministic_strategy_never_counts_on_the_breaker() -> None:
-    engine = engine_with(
-        Exploding(name="buggy", uses_llm=False), window=3000, reserve_tokens=1000
-    )
+    engine = engine_with(Exploding(name="buggy", uses_llm=False), window=3000, reserve_tokens=1000)
     result = await engine.project(agent_session(60, result_chars=400))
     assert result.event is not None
     assert result.event.steps[0].error is not None

@@ -41,6 +41,7 @@ class FailingArchive(MemoryArchive):
 def engine_with(archive: object, window: int = 6_000, **options: object) -> ContextEngine:
     options.setdefault("session_id", "session-a")
     options.setdefault("reserve_tokens", window // 10)
+    options.setdefault("tool_result_cap", None)  # these sessions exercise checkpoints
     return ContextEngine.default(
         window,
         summarizer=ExtractiveSummarizer(),

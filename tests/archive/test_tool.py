@@ -105,8 +105,15 @@ async def test_a_range_comes_back_as_labelled_messages() -> None:
         ({"reference": "arc-" + "0" * 20, "offset": True}, "offset must be"),
         ({"reference": "arc-" + "0" * 20}, "No archived content"),
     ],
-    ids=["not-json", "json-array", "no-reference", "blank-reference", "negative-offset",
-         "bool-offset", "unknown-reference"],
+    ids=[
+        "not-json",
+        "json-array",
+        "no-reference",
+        "blank-reference",
+        "negative-offset",
+        "bool-offset",
+        "unknown-reference",
+    ],
 )
 async def test_bad_calls_get_a_sentence_for_the_model_not_an_exception(
     arguments: object, says: str
@@ -148,5 +155,3 @@ def test_a_tool_for_an_engine_without_archive_is_refused() -> None:
 def test_page_size_must_be_a_useful_int(page_chars: object) -> None:
     with pytest.raises(ConfigurationError, match="page_chars"):
         RecallTool(engine=archived_engine(), page_chars=page_chars)  # type: ignore[arg-type]
-
-
