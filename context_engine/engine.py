@@ -19,6 +19,7 @@ import attrs
 from context_engine._aio import run_blocking
 from context_engine._originals import keep_originals, recall_originals
 from context_engine._transcript import as_transcript, recovery_target
+from context_engine._validate import check_int, check_number
 from context_engine.archive.base import Archive, check_session_id
 from context_engine.breaker import BreakerState, CircuitBreaker
 from context_engine.call import Call, Desk, Hooks, Operation, finish
@@ -50,47 +51,39 @@ def default_reserve(context_window: int) -> int:
 
 
 def _positive_window(value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ConfigurationError(f"context_window must be a positive int of tokens, got {value!r}")
-    return value
+    return check_int(
+        value, "ContextEngine", "context_window", minimum=1, fix="pass the model's window in tokens"
+    )
 
 
 def _reserve(value: object) -> int | None:
-    if value is None or (value == 0 and not isinstance(value, bool)):
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ConfigurationError(
-            f"reserve_tokens must be a non-negative int, or None for the default, got {value!r}"
-        )
-    return value
+    if value == 0 and not isinstance(value, bool):
+        return None  # 0, like None, restores the default
+    return check_int(
+        value, "ContextEngine", "reserve_tokens", optional=True, fix="None restores the default"
+    )
 
 
 def _non_negative(name: str, value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ConfigurationError(f"{name} must be an int >= 0, got {value!r}")
-    return value
+    return check_int(value, "ContextEngine", name)
 
 
 def _user_share(value: object) -> float | None:
-    if value is None:
-        return None
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value <= 1:
-        raise ConfigurationError(
-            f"max_user_share={value!r} must be a number in (0, 1]: the share of the threshold "
-            "the newest user message always keeps when it has to be trimmed (1.0 trims it only "
-            "when it alone exceeds the threshold), or None to never trim it"
-        )
-    return float(value)
+    return check_number(
+        value,
+        "ContextEngine",
+        "max_user_share",
+        maximum=1,
+        exclusive_minimum=True,
+        optional=True,
+        fix="it is the share of the threshold the newest user message always keeps when it "
+        "has to be trimmed (1.0 trims it only when it alone exceeds the threshold); None "
+        "never trims it",
+    )
 
 
 def _seconds(name: str, value: object) -> float:
-    if (
-        not isinstance(value, (int, float))
-        or isinstance(value, bool)
-        or not 0 < value < float("inf")
-    ):
-        raise ConfigurationError(f"{name} must be a finite number of seconds > 0, got {value!r}")
-    return float(value)
+    return check_number(value, "ContextEngine", name, exclusive_minimum=True, unit="seconds")
 
 
 def _strategy_tuple(strategies: object) -> tuple[Strategy, ...]:

@@ -16,8 +16,11 @@ window but starves a 1M one; Claude Code spills results over ~50k characters
 A share of the threshold scales with the window, so the cap here is a quarter
 of the threshold (a result still leaves room for three more like it and the
 conversation), never more than 20,000 tokens (deepagents' ceiling: past it a
-preview is no longer a preview). Per turn, results together get half the
-threshold, so a burst of parallel calls cannot fill the view either.
+preview is no longer a preview). Per round (the results answering one
+assistant message), results together get half the threshold, so a burst of
+parallel calls cannot fill the view either. A round, not a user turn: an agent
+turn of hundreds of steps would otherwise cap even its newest results to a few
+tokens each, where clearing old ones (microcompact) is the right tool.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from context_engine.strategies.base import (
     derived_copy,
     reference_note,
 )
-from context_engine.structure import CAPPED_KEY, CLEARED_KEY, analyze, is_user_message
+from context_engine.structure import CAPPED_KEY, CLEARED_KEY, analyze
 from context_engine.tokens import TokenCounter
 
 __all__ = ["MIN_CAP_TOKENS", "ToolResultCap", "cap_tool_result"]
@@ -181,10 +184,10 @@ class ToolResultCap:
     """Caps every tool result, the newest included, to a head + tail preview.
 
     A result's cap is ``max_share`` of the threshold or ``max_tokens``,
-    whichever is lower (never below `MIN_CAP_TOKENS`). Within a turn (a user
-    message up to the next), results together get ``max_turn_share`` of the
-    threshold; when they need more, the largest are capped first, all to one
-    level, so that the turn fits. See `cap_tool_result` for the preview.
+    whichever is lower (never below `MIN_CAP_TOKENS`). Within a round (the
+    results answering one assistant message's calls), results together get
+    ``max_round_share`` of the threshold; when they need more, the largest are
+    capped first, all to one level, so that the round fits. See `cap_tool_result` for the preview.
 
     Left as they are: results already capped or cleared, results with no text
     (images), and the results of calls still pending at the end of the view
@@ -198,8 +201,9 @@ class ToolResultCap:
     """A result may take at most this share of the threshold."""
     max_tokens: int = attrs.field(default=20_000, validator=_positive_tokens)
     """A result may take at most this many tokens, whatever the threshold."""
-    max_turn_share: float = attrs.field(default=0.5, validator=_share)
-    """The results of one turn together may take at most this share of the threshold."""
+    max_round_share: float = attrs.field(default=0.5, validator=_share)
+    """The results answering one assistant message together may take at most this share
+    of the threshold."""
     name: str = attrs.field(default="tool_result_cap", init=False)
     """The strategy's name in events, spans and logs."""
     uses_llm: ClassVar[bool] = False
@@ -246,46 +250,49 @@ class ToolResultCap:
     ) -> dict[int, int]:
         """``{index: cap}`` of the results above their cap, oldest first (empty: nothing to do)."""
         limit = self.limit(threshold)
-        turn_room = int(self.max_turn_share * threshold)
+        round_room = int(self.max_round_share * threshold)
         count = counter.count_message
         pending = analyze(view).pending_start
         caps: dict[int, int] = {}
-        turn: list[int] = []  # eligible results of the current turn
-        fixed = 0  # tokens of the turn's results no cap applies to
+        group: list[int] = []  # eligible results of the current round
+        fixed = 0  # tokens of the round's results no cap applies to
+        capped = False  # the round was capped before: its level is settled
         for index, message in enumerate(view):
-            if is_user_message(message):
-                self._cap_turn(view, turn, fixed, limit, turn_room, counter, caps)
-                turn, fixed = [], 0
-            elif message.role == "tool":
-                if index < pending and _cappable(message):
-                    turn.append(index)
-                else:
-                    fixed += count(message)
-        self._cap_turn(view, turn, fixed, limit, turn_room, counter, caps)
+            if message.role != "tool":  # a round ends where its results do
+                room = limit * len(group) + fixed if capped else round_room
+                self._cap_round(view, group, fixed, limit, room, counter, caps)
+                group, fixed, capped = [], 0, False
+            elif index < pending and _cappable(message):
+                group.append(index)
+            else:
+                capped = capped or CAPPED_KEY in message.metadata
+                fixed += count(message)
+        room = limit * len(group) + fixed if capped else round_room
+        self._cap_round(view, group, fixed, limit, room, counter, caps)
         return caps
 
     @staticmethod
-    def _cap_turn(
+    def _cap_round(
         view: Sequence[Message],
-        turn: list[int],
+        group: list[int],
         fixed: int,
         limit: int,
-        turn_room: int,
+        round_room: int,
         counter: TokenCounter,
         caps: dict[int, int],
     ) -> None:
-        """Add to ``caps`` the results of one turn above the per-result or per-turn level."""
-        if not turn:
+        """Add to ``caps`` the results of one round above the per-result or per-round level."""
+        if not group:
             return
-        sizes = [counter.count_message(view[index]) for index in turn]
+        sizes = [counter.count_message(view[index]) for index in group]
         kept = [min(size, limit) for size in sizes]
         level = limit
-        if fixed + sum(kept) > turn_room:
-            level = _water_level(kept, turn_room - fixed)
+        if fixed + sum(kept) > round_room:
+            level = _water_level(kept, round_room - fixed)
             # Whole steps of a sixteenth of the result cap: a result arriving later in
-            # the turn moves the level, and a coarse level keeps earlier previews the same.
+            # the round moves the level, and a coarse level keeps earlier previews the same.
             step = max(1, limit // 16)
             level = max(MIN_CAP_TOKENS, min(limit, level - level % step))
-        for index, size in zip(turn, sizes, strict=True):
+        for index, size in zip(group, sizes, strict=True):
             if size > level:
                 caps[index] = level

@@ -259,7 +259,8 @@ def test_a_projection_changes_what_the_model_sees_not_the_agent_state(mode: str)
     assert result["messages"][-1].content == "done"
     rewrites = [e for e in events.projected if e.changed]
     assert rewrites
-    assert {e.strategy for e in rewrites} == {"tool_result_microcompact"}
+    # View-only rewrites: results capped or cleared in the view, never a commit.
+    assert {e.strategy for e in rewrites} <= {"tool_result_cap", "tool_result_microcompact"}
     assert not any(e.committed for e in events.projected)
     logs = [m.content for m in result["messages"] if isinstance(m, ToolMessage)]
     assert len(logs) == 14

@@ -191,7 +191,7 @@ def test_is_a_plain_strategy_without_llm_not_a_force_compaction_one() -> None:
 )
 def test_bad_max_user_share_says_how_to_fix_it(share: Any) -> None:
     """The share is the engine's setting now (its floor and the strategy use the same one)."""
-    with pytest.raises(ConfigurationError, match=r"max_user_share=.* must be a number in \(0, 1\]"):
+    with pytest.raises(ConfigurationError, match=r"max_user_share=.* must be .*number in \(0, 1\]"):
         ContextEngine(8_000, [HardTruncate()], max_user_share=share)
 
 

@@ -29,7 +29,7 @@ from context_engine.structure import ARCHIVED_KEY, CAPPED_KEY, CLEARED_KEY, anal
 from context_engine.testing import FixedTokenCounter
 from tests.transcripts import transcripts
 
-THRESHOLD = 4_000  # per result: 1,000 tokens; per turn: 2,000 tokens
+THRESHOLD = 4_000  # per result: 1,000 tokens; per round: 2,000 tokens
 
 
 def grep_output(lines: int, *, error_at: int | None = None) -> str:
@@ -200,20 +200,42 @@ async def test_the_same_result_always_gets_the_same_preview_object(
     assert fresh.messages[3] == first.messages[3]
 
 
-async def test_a_turns_results_together_are_capped_largest_first(
+def parallel_round(*sizes: int) -> list[Message]:
+    """A system prompt, one user turn and one assistant message whose calls return ``sizes``."""
+    calls = [ToolCall(f"p{n}", "grep", '{"pattern": "compute"}') for n in range(len(sizes))]
+    messages = [
+        Message.system("You are a coding agent."),
+        Message.user("Find compute()."),
+        Message.assistant(tool_calls=calls),
+    ]
+    return messages + [result(f"p{n}", size) for n, size in enumerate(sizes)]
+
+
+async def test_a_rounds_results_together_are_capped_largest_first(
     counter: FixedTokenCounter,
 ) -> None:
-    """Four results under the per-result cap but over the per-turn room: the big two shrink."""
-    view = session(900, 100, 900, 200)
-    sizes = [counter.count_message(view[i]) for i in (3, 5, 7, 9)]
+    """Four parallel results under the per-result cap but over the per-round room: the big
+    two shrink."""
+    view = parallel_round(900, 100, 900, 200)
+    sizes = [counter.count_message(view[i]) for i in (3, 4, 5, 6)]
     assert all(size <= 1_000 for size in sizes)
     assert sum(sizes) > 2_000
     result = await run(ToolResultCap(), view, counter)
-    assert capped(result.messages) == [3, 7]
-    assert result.messages[5] is view[5]
-    assert result.messages[9] is view[9]
-    turn = sum(counter.count_message(result.messages[i]) for i in (3, 5, 7, 9))
-    assert turn <= 2_000
+    assert capped(result.messages) == [3, 5]
+    assert result.messages[4] is view[4]
+    assert result.messages[6] is view[6]
+    round_tokens = sum(counter.count_message(result.messages[i]) for i in (3, 4, 5, 6))
+    assert round_tokens <= 2_000
+
+
+async def test_sequential_steps_of_one_turn_are_not_capped_together(
+    counter: FixedTokenCounter,
+) -> None:
+    """A long agent turn keeps its results whole while each is under the cap: clearing old
+    results is microcompact's job, not the cap's."""
+    view = session(900, 100, 900, 200)
+    result = await run(ToolResultCap(), view, counter)
+    assert capped(result.messages) == []
 
 
 async def test_the_turn_cap_is_per_turn(counter: FixedTokenCounter) -> None:
@@ -298,7 +320,7 @@ def test_cap_tool_result_rejects_bad_input(
     [
         ({"max_share": 0}, r"max_share must be a share in \(0, 1\]"),
         ({"max_share": 1.5}, "max_share"),
-        ({"max_turn_share": True}, "max_turn_share"),
+        ({"max_round_share": True}, "max_round_share"),
         ({"max_tokens": 100}, "max_tokens must be an int >= 128"),
         ({"max_tokens": 2.5}, "max_tokens"),
     ],
