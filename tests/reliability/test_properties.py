@@ -5,9 +5,10 @@ transcripts. These go further: the pipeline itself is drawn (any subset of the
 bundled strategies, in any order, with random settings), the reserve may be
 absent, zero or larger than the window, fixed overhead may be declared, and a
 whole agent loop (append, project, commit, compact, recover, sync) is replayed
-on two engines. Every result keeps every invariant; a failure is a
-`CompactionError` whose view keeps them too; the same input and configuration
-give the same view.
+on two engines. Every result keeps every invariant; `project` and
+`recover_overflow` never raise, and a manual compaction that wrote no
+checkpoint is a `CompactionError` whose view keeps them too and commits
+nothing; the same input and configuration give the same view.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from context_engine import CompactionError, ContextEngine, Message
+from context_engine import CompactionError, CompactResult, ContextEngine, Message
 from context_engine.strategies import (
     FullSummary,
     HardTruncate,
@@ -66,9 +67,7 @@ def pipelines(draw: st.DrawFn) -> list[Strategy]:
             keep_recent_tokens=draw(st.none() | st.integers(1, 5_000)),
             summarizer_window=draw(st.sampled_from((None, 1_000_000))),
         ),
-        "hard_truncate": lambda: HardTruncate(
-            max_user_share=draw(st.sampled_from((0.1, 0.5, 1.0)))
-        ),
+        "hard_truncate": HardTruncate,
     }
     names = draw(st.lists(st.sampled_from(STRATEGY_NAMES), unique=True, max_size=5))
     if draw(st.integers(0, 3)) and "hard_truncate" not in names:
@@ -96,6 +95,7 @@ def configurations(draw: st.DrawFn, transcript: list[Message]) -> dict[str, Any]
         "strategies": draw(pipelines()),
         "reserve_tokens": reserve,
         "overhead_tokens": draw(st.sampled_from((0, 0, 100, 2_000))),
+        "max_user_share": draw(st.sampled_from((0.1, 0.5, 1.0))),
     }
 
 
@@ -103,14 +103,27 @@ def build(config: dict[str, Any]) -> ContextEngine:
     return ContextEngine(token_counter=COUNTER, **config)
 
 
-def project(engine: ContextEngine, messages: list[Message]) -> tuple[Any, ...]:
-    """The view ``project`` returns, or the view on its CompactionError; both checked."""
+def compact(
+    engine: ContextEngine, messages: list[Message], instructions: str | None = None
+) -> CompactResult | tuple[Message, ...]:
+    """The result of ``/compact``, or the view of the CompactionError it raised.
+
+    Only a manual compaction that wrote no checkpoint raises; its error commits nothing.
+    """
+    failure: CompactionError | None = None
     try:
-        result = engine.project_sync(messages)
+        return engine.compact_sync(messages, instructions=instructions)
     except CompactionError as error:
-        event("project: CompactionError")
-        valid(messages, error.view)
-        return ("error", *error.view)
+        failure = error
+    assert failure is not None
+    assert str(failure).startswith("manual compaction wrote no checkpoint: ")
+    assert failure.commit is None
+    return failure.view
+
+
+def project(engine: ContextEngine, messages: list[Message]) -> tuple[Any, ...]:
+    """The view ``project`` returns (it never raises), checked."""
+    result = engine.project_sync(messages)
     event(f"project: {'rewritten' if result.changed else 'unchanged'}")
     event(f"project: {'fits' if result.fits else 'flagged over the threshold'}")
     if result.event is not None and result.event.futile:
@@ -143,16 +156,10 @@ def test_random_pipelines_keep_every_invariant_and_are_deterministic(
     identities = [id(m) for m in transcript]
     view = project(engine, transcript)
     assert project(build(config), list(transcript)) == view
-    for operation in (
-        lambda: engine.compact_sync(transcript, instructions="keep file names"),
-        lambda: engine.recover_overflow_sync(transcript, "prompt is too long"),
-    ):
-        try:
-            result = operation()
-        except CompactionError as error:
-            valid(transcript, error.view)
-        else:
-            valid(transcript, result.messages)
+    compacted = compact(engine, transcript, instructions="keep file names")
+    valid(transcript, compacted.messages if isinstance(compacted, CompactResult) else compacted)
+    recovered = engine.recover_overflow_sync(transcript, "prompt is too long")
+    valid(transcript, recovered.messages)
     assert frozen_copy(transcript) == before
     assert [id(m) for m in transcript] == identities
 
@@ -171,24 +178,23 @@ def replay(config: dict[str, Any], chunks: list[list[Message]], actions: list[st
     for chunk, action in zip(chunks, actions, strict=True):
         held = held + chunk
         before = frozen_copy(held)
-        try:
-            if action == "project":
-                result: Any = engine.project_sync(held)
-                commit = result.commit
-            elif action == "compact":
-                result = engine.compact_sync(held)
-                commit = result.messages if result.changed else None
-            elif action == "recover":
-                result = engine.recover_overflow_sync(held, "context_length_exceeded")
-                commit = result.commit
-            else:
-                engine.reset(held)
-                views.append("synced")
+        if action == "project":
+            result: Any = engine.project_sync(held)
+            commit = result.commit
+        elif action == "compact":
+            result = compact(engine, held)
+            if not isinstance(result, CompactResult):
+                event("loop: compact raised CompactionError")
+                valid(held, result)
+                views.append(("error", result))
                 continue
-        except CompactionError as error:
-            event(f"loop: {action} raised CompactionError")
-            valid(held, error.view)
-            views.append(("error", error.view))
+            commit = result.commit
+        elif action == "recover":
+            result = engine.recover_overflow_sync(held, "context_length_exceeded")
+            commit = result.commit
+        else:
+            engine.reset(held)
+            views.append("synced")
             continue
         event(f"loop: {action} {'rewrote' if result.changed else 'kept'} the view")
         valid(held, result.messages)

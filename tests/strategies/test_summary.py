@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from context_engine import (
-    CompactionError,
     ContextEngine,
     ContextSummary,
     ImageBlock,
@@ -272,7 +271,6 @@ async def test_custom_prompts_and_compact_instructions_reach_the_summarizer() ->
         summarizer=summarizer, prompts=prompts, keep_recent_tokens=800
     ).force_apply(
         view,
-        view,
         budget_for(view, 10**6, reason="manual"),
         instructions="keep the character names",
     )
@@ -381,14 +379,23 @@ async def test_a_failing_summarizer_trips_the_breaker_through_the_engine() -> No
         max_consecutive_failures=2,
     )
     view = session(turns=8, steps=8)
-    for _ in range(2):
-        with pytest.raises(CompactionError) as caught:
-            await engine.project(view)
-        assert isinstance(caught.value.__cause__, SummarizerError)
+    for count in (1, 2):
+        failed = await engine.project(view)
+        assert failed.event is not None
+        (step,) = failed.event.steps
+        assert not step.applied
+        assert step.error is not None
+        assert step.error.startswith("SummarizerError: ")
+        assert "endpoint down" in step.error
+        assert failed.event.failures == engine.consecutive_failures == count
     assert engine.breaker_state == "open"
     skipped = await engine.project(view)
     assert skipped.event is not None
     assert skipped.event.reason == "circuit_breaker"
+    assert skipped.event.failures == 2
+    assert [(s.name, s.error) for s in skipped.event.steps] == [
+        ("full_summary", "circuit breaker open")
+    ]
     assert summarizer.calls == 2
 
 
