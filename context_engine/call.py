@@ -130,8 +130,8 @@ async def finish(
         CompactionError: a manual ``compact`` wrote no checkpoint because a
             strategy failed; ``.view`` fits whenever the floor does.
     """
-    if call.operation == "compact" and outcome.forced_failed is not None:
-        raise _compact_failed(call, outcome, outcome.forced_failed)
+    if call.operation == "compact" and (outcome.forced_failed or outcome.unarchived):
+        raise _compact_failed(outcome)
     commit = _commit(call, outcome)
     _settle_breaker(call, outcome, desk)
     view_estimate = desk.meter.estimate_outcome(
@@ -188,7 +188,7 @@ def _settle_breaker(call: Call, outcome: Outcome, desk: Desk) -> None:
             _close(desk)
         if call.llm_blocked is None and not outcome.llm_failed and outcome.tokens > call.threshold:
             session.stalled_at = call.estimate.tokens
-    elif call.operation == "recover_overflow" and outcome.changed:
+    elif call.operation == "recover_overflow" and outcome.changed and not outcome.llm_failed:
         _close(desk)
 
 
@@ -300,12 +300,17 @@ def _log(event: RewriteEvent) -> None:
     )
 
 
-def _compact_failed(call: Call, outcome: Outcome, name: str) -> CompactionError:
-    step = next(step for step in outcome.steps if step.name == name and step.error)
+def _compact_failed(outcome: Outcome) -> CompactionError:
+    """The error of a ``/compact`` that wrote no checkpoint the caller can keep."""
+    if outcome.forced_failed is not None:
+        step = next(s for s in outcome.steps if s.name == outcome.forced_failed and s.error)
+        name, why = step.name, f"{step.name} failed ({step.error})"
+    else:
+        name, why = "archive", f"the archive did not keep what it replaced ({outcome.unarchived})"
     return CompactionError(
-        f"manual compaction wrote no checkpoint: {step.name} failed ({step.error}); "
-        ".view is the transcript as it stands, and nothing needs committing",
+        f"manual compaction wrote no checkpoint: {why}; .view is a view that fits, made "
+        "without the summary, and nothing needs committing",
         view=outcome.view,
-        strategy=step.name,
+        strategy=name,
         failures=0,
     )

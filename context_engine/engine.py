@@ -528,10 +528,15 @@ class ContextEngine:
                 self._session_id,
                 reason,
             )
-            return await self._unarchived(call, f"ArchiveError: {reason}")
+            return await self._unarchived(call, outcome, f"ArchiveError: {reason}")
         return outcome
 
-    async def _unarchived(self, call: Call, error: str) -> Outcome:
+    async def _unarchived(self, call: Call, first: Outcome, error: str) -> Outcome:
+        """The deterministic strategies again, without archiving.
+
+        The first run's failed steps stay on record, so an LLM failure in it still
+        counts once; what it applied was discarded with its view.
+        """
         budget = attrs.evolve(call.budget, archiving=False)
         offline = attrs.evolve(call, budget=budget, llm_blocked="", archiving=False)
         strategies = [s for s in self._strategies if not s.uses_llm]
@@ -544,7 +549,13 @@ class ContextEngine:
             duration=0.0,
             error=error,
         )
-        return attrs.evolve(outcome, steps=(*outcome.steps, step), unarchived=error)
+        return attrs.evolve(
+            outcome,
+            steps=(*(s for s in first.steps if s.error), step, *outcome.steps),
+            unarchived=error,
+            llm_failed=first.llm_failed,
+            forced_failed=first.forced_failed,
+        )
 
     # -- public calls --------------------------------------------------------------
 

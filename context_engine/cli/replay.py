@@ -19,10 +19,10 @@ import attrs
 from context_engine.archive.base import Archive
 from context_engine.cli._common import CountingSummarizer, build_strategies
 from context_engine.engine import ContextEngine
-from context_engine.errors import CompactionError
 from context_engine.events import RewriteEvent
 from context_engine.invariants import check_view
 from context_engine.messages import Message
+from context_engine.pipeline import BREAKER_OPEN
 from context_engine.summarize.request import Summarizer
 from context_engine.tokens import DEFAULT_ENCODING, TokenCounter, estimate_from_counts
 
@@ -103,7 +103,7 @@ class ReplayTotals:
         prefix_reused: Calls whose prompt extends the previous call's prompt.
         prefix_reuse_share: ``prefix_reused / (calls - 1)`` (the first call has no previous).
         breaker_trips: ``on_project`` events with reason ``circuit_breaker``.
-        failures: Calls whose pipeline raised.
+        failures: Calls in which a strategy failed (recorded on its step).
         summarizer_calls: Calls made to the summarizer.
     """
 
@@ -238,35 +238,31 @@ class _Run:
 
     def _project(self, where: str) -> tuple[tuple[Message, ...], int]:
         given = tuple(self.running)
-        try:
-            projection = self.engine.project_sync(given)
-        except CompactionError as exc:
-            self.failures += 1
-            self.problems.append(f"{where}: {exc}")
-            view, commit = tuple(exc.view), exc.commit
-            tokens = self.engine.estimate(view).tokens
-        else:
-            view, tokens = projection.messages, projection.usage.tokens
-            commit = projection.commit
-        self._verify(where, given, view)
-        if commit is not None:
-            self.running = list(commit)
-        return view, tokens
+        projection = self.engine.project_sync(given)
+        self._note_failures(where, projection.event)
+        self._verify(where, given, projection.messages)
+        if projection.commit is not None:
+            self.running = list(projection.commit)
+        return projection.messages, projection.usage.tokens
 
     def _recover(self, where: str, tokens: int) -> tuple[tuple[Message, ...], int]:
         given = tuple(self.running)
         error = _overflow_error(tokens, self.engine.context_window)
-        try:
-            recovery = self.engine.recover_overflow_sync(given, error)
-        except CompactionError as exc:
-            self.failures += 1
-            self.problems.append(f"{where}: overflow recovery failed: {exc}")
-            view = tuple(exc.view)
-            return view, self.engine.estimate(view).tokens
+        recovery = self.engine.recover_overflow_sync(given, error)
+        self._note_failures(f"{where}: overflow recovery", recovery.event)
         self._verify(where, given, recovery.messages)
         if recovery.commit is not None:
             self.running = list(recovery.commit)
         return recovery.messages, recovery.usage.tokens
+
+    def _note_failures(self, where: str, event: RewriteEvent | None) -> None:
+        """Count a call whose strategies failed (the view still fits: the engine went on)."""
+        failed = [step for step in event.steps if step.error] if event is not None else []
+        if any(step.error != BREAKER_OPEN for step in failed):
+            self.failures += 1
+            for step in failed:
+                if step.error != BREAKER_OPEN:
+                    self.problems.append(f"{where}: strategy {step.name!r} failed: {step.error}")
 
     def _verify(self, where: str, given: tuple[Message, ...], view: Sequence[Message]) -> None:
         for problem in check_view(given, view):

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from context_engine import (
+    CompactionError,
     ConfigurationError,
     ContextEngine,
     ContextSummary,
@@ -229,6 +230,14 @@ async def test_a_store_failing_on_write_hands_out_a_view_only_rewrite_and_commit
         "compact": lambda: engine.compact(session),
         "recover_overflow": lambda: engine.recover_overflow(session, "prompt is too long"),
     }[operation]
+    if operation == "compact":  # a /compact that cannot keep its checkpoint says so
+        with pytest.raises(CompactionError, match="archive did not keep") as caught:
+            await run()
+        assert caught.value.commit is None
+        assert caught.value.strategy == "archive"
+        assert engine.estimate(caught.value.view).tokens <= engine.threshold
+        assert references_in(caught.value.view) == []
+        return
     result = await run()
     assert archive.writes == 1
     assert result.changed
@@ -240,8 +249,7 @@ async def test_a_store_failing_on_write_hands_out_a_view_only_rewrite_and_commit
     assert events == [result.event]
     assert result.event.references == ()
     assert not result.event.committed
-    archive_step = result.event.steps[-1]
-    assert archive_step.name == "archive"
+    archive_step = next(step for step in result.event.steps if step.name == "archive")
     assert not archive_step.applied
     assert archive_step.error is not None
     assert "disk full" in archive_step.error

@@ -33,7 +33,6 @@ from context_engine.integrations.langchain import ContextEngineMiddleware
 from context_engine.invariants import check_view
 from context_engine.strategies import FullSummary, HardTruncate
 from context_engine.strategies.base import Budget
-from context_engine.strategies.hard_truncate import HardTruncate
 from context_engine.summarize.extractive import ExtractiveSummarizer
 from context_engine.testing import FixedTokenCounter, RecordingSummarizer
 from context_engine.tokens import REQUEST_OVERHEAD_TOKENS
