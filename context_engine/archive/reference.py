@@ -31,7 +31,9 @@ def message_digest(message: Message) -> str:
 
 
 def _digest(message: Message) -> str:
-    return hashlib.sha256(encode_messages((message,)).encode()).hexdigest()
+    # surrogatepass: messages may hold lone surrogates (valid in a str, not in UTF-8), and
+    # this encoding keeps distinct strings distinct.
+    return hashlib.sha256(encode_messages((message,)).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def reference_for(originals: Sequence[Message]) -> str:

@@ -27,6 +27,7 @@ from context_engine import (
     ToolCall,
     Usage,
 )
+from context_engine.archive.reference import REFERENCE_PATTERN, reference_for
 from context_engine.formats.anthropic import from_anthropic, to_anthropic
 from context_engine.formats.openai import from_openai, to_openai
 from context_engine.formats.readers import read_transcript, write_transcript
@@ -553,6 +554,17 @@ def test_counters_count_lone_surrogates(text: str, make_counter: Callable[[], An
     assert counter.count_text(text) >= 1
     message = Message("assistant", [TextBlock(text), ToolCall("c\udcff", "f\ud800", text)])
     assert counter.count_message(message) > counter.count_text(text)
+
+
+@pytest.mark.parametrize("text", SURROGATE_TEXTS)
+def test_references_name_messages_with_surrogates_apart(text: str) -> None:
+    """A lone surrogate in a tool call id once made every truncation marker fail to hash."""
+    with_text = Message("assistant", [ToolCall(text, "bash", "{}")])
+    plain = Message("assistant", [ToolCall("call_0", "bash", "{}")])
+    assert REFERENCE_PATTERN.fullmatch(reference_for([with_text]))
+    assert reference_for([with_text]) != reference_for([plain])
+    again = Message("assistant", [ToolCall(text, "bash", "{}")])
+    assert reference_for([with_text]) == reference_for([again])
 
 
 def test_the_tiktoken_counter_handles_surrogates_in_encode_ordinary() -> None:
