@@ -19,7 +19,7 @@ import attrs
 from context_engine._aio import run_blocking
 from context_engine._originals import keep_originals, recall_originals
 from context_engine._transcript import as_transcript, recovery_target
-from context_engine._validate import check_int, check_number
+from context_engine._validate import check_int, check_number, is_int
 from context_engine.archive.base import Archive, check_session_id
 from context_engine.breaker import BreakerState, CircuitBreaker
 from context_engine.call import Call, Desk, Hooks, Operation, finish
@@ -51,9 +51,9 @@ def default_reserve(context_window: int) -> int:
 
 
 def _positive_window(value: object) -> int:
-    return check_int(
-        value, "ContextEngine", "context_window", minimum=1, fix="pass the model's window in tokens"
-    )
+    if not is_int(value) or value <= 0:
+        raise ConfigurationError(f"context_window must be a positive int of tokens, got {value!r}")
+    return value
 
 
 def _reserve(value: object) -> int | None:
