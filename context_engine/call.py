@@ -62,11 +62,14 @@ class Call:
         transcript: The caller's messages, as a tuple.
         estimate: The transcript's estimate.
         budget: What the strategies work against (its threshold is the target).
-        floor: Tokens no strategy may remove, on the estimate's scale.
+        floor_of: The tokens no strategy may remove from a view measured at a
+            given size (leading block, newest user message, protected tail as
+            they stand in that view), on the estimate's scale.
         llm_blocked: Why LLM strategies may not run: None when they may, ``""``
-            when they are left out silently (the view cannot fit, or the
-            transcript has not grown since they last failed to fit it), or the
-            reason recorded on their steps (the breaker is open).
+            when they are left out silently (the transcript has not grown since
+            they last failed to fit it), or the reason recorded on their steps
+            (the breaker is open). They are also left out when the floor of the
+            view they would get is above the threshold (`Outcome.floor`).
         failures: The breaker's count when the call started.
         window: The model's window.
         limit: The engine's threshold (``budget.threshold`` is lower in a recovery).
@@ -79,7 +82,7 @@ class Call:
     transcript: tuple[Message, ...] = attrs.field(repr=False)
     estimate: UsageEstimate
     budget: Budget
-    floor: int
+    floor_of: Callable[[tuple[Message, ...], int], int] = attrs.field(repr=False)
     llm_blocked: str | None
     failures: int
     window: int
@@ -91,11 +94,6 @@ class Call:
     def threshold(self) -> int:
         """The tokens the view must end at or under."""
         return self.budget.threshold
-
-    @property
-    def futile(self) -> bool:
-        """The floor alone is above the threshold: no rewrite can make the view fit."""
-        return self.floor > self.threshold
 
     @property
     def fits(self) -> bool:
@@ -132,8 +130,12 @@ async def finish(
     """
     if call.operation == "compact" and (outcome.forced_failed or outcome.unarchived):
         raise _compact_failed(outcome)
+    floor = outcome.floor
+    if floor is None and outcome.tokens > call.threshold:
+        floor = call.floor_of(outcome.view, outcome.tokens)
+    futile = floor is not None and floor > call.threshold
     commit = _commit(call, outcome)
-    _settle_breaker(call, outcome, desk)
+    _settle_breaker(call, outcome, desk, futile)
     view_estimate = desk.meter.estimate_outcome(
         call.transcript, call.estimate, outcome.view, outcome.tokens
     )
@@ -143,8 +145,8 @@ async def finish(
             saved = step.tokens_before - step.tokens_after
             desk.telemetry.rewrite(step.name, _metric_reason(call), saved)
     event = None
-    if not outcome.reused and _worth_an_event(call, outcome, usage):
-        event = _event(call, outcome, usage, commit, desk.session)
+    if not outcome.reused and _worth_an_event(call, outcome, usage, futile):
+        event = _event(call, outcome, usage, commit, desk.session, (floor or 0) if futile else 0)
         _log(event)
         label = "on_recover" if call.operation == "recover_overflow" else f"on_{call.operation}"
         await call_hook(label, desk.hooks.for_operation(call.operation), event)
@@ -177,7 +179,7 @@ def _commit(call: Call, outcome: Outcome) -> tuple[Message, ...] | None:
     return outcome.view
 
 
-def _settle_breaker(call: Call, outcome: Outcome, desk: Desk) -> None:
+def _settle_breaker(call: Call, outcome: Outcome, desk: Desk, futile: bool) -> None:
     """Count the call once on the breaker, and note a stall of the LLM strategies."""
     session, breaker = desk.session, desk.session.breaker
     if call.operation == "project":
@@ -186,7 +188,8 @@ def _settle_breaker(call: Call, outcome: Outcome, desk: Desk) -> None:
                 desk.telemetry.breaker_moved(opened=True)
         elif outcome.llm_applied and not outcome.reused:
             _close(desk)
-        if call.llm_blocked is None and not outcome.llm_failed and outcome.tokens > call.threshold:
+        ran = call.llm_blocked is None and not futile and not outcome.llm_failed
+        if ran and outcome.tokens > call.threshold:
             session.stalled_at = call.estimate.tokens
     elif call.operation == "recover_overflow" and outcome.changed and not outcome.llm_failed:
         _close(desk)
@@ -249,9 +252,9 @@ def usage_of(
     )
 
 
-def _worth_an_event(call: Call, outcome: Outcome, usage: ContextUsage) -> bool:
+def _worth_an_event(call: Call, outcome: Outcome, usage: ContextUsage, futile: bool) -> bool:
     """A rewrite, and also a call the caller must hear about: futile, failed, or open breaker."""
-    if outcome.changed or call.futile or outcome.errors:
+    if outcome.changed or futile or outcome.errors:
         return True
     return call.operation == "project" and (not usage.fits or call.reason == "circuit_breaker")
 
@@ -262,6 +265,7 @@ def _event(
     usage: ContextUsage,
     commit: tuple[Message, ...] | None,
     session: Session,
+    floor: int,
 ) -> RewriteEvent:
     breaker_skip = call.reason == "circuit_breaker"
     return RewriteEvent(
@@ -275,8 +279,8 @@ def _event(
         steps=outcome.steps,
         view=outcome.view,
         failures=call.failures if breaker_skip else session.breaker.failures,
-        futile=call.futile,
-        floor_tokens=call.floor if call.futile else 0,
+        futile=floor > 0,
+        floor_tokens=floor,
         prefix_stable=usage.prefix_stable,
         prefix_reused_tokens=usage.prefix_reused_tokens,
         references=outcome.references if call.archiving and outcome.unarchived is None else (),

@@ -407,20 +407,14 @@ class ContextEngine:
                 rejected = min(rejected, last.estimate.tokens)
             threshold = recovery_target(rejected, self._window, self.threshold, error)
         failures = session.breaker.failures
-        floor = 0  # counted only when a rewrite is due: a call that fits stays cheap
-        if operation == "recover_overflow" or (
-            operation == "project" and estimate.tokens > threshold
-        ):
-            floor = meter.floor_tokens(transcript, estimate, threshold, self._max_user_share)
         blocked: str | None = None
         if operation == "project" and session.breaker.should_skip():
             blocked, reason = BREAKER_OPEN, "circuit_breaker"
             if session.breaker.state != "open":
                 self._telemetry.breaker_moved(opened=False)
-        elif floor > threshold:
-            blocked = ""  # no rewrite can make it fit: pay for no summary
         elif operation == "project" and not session.grown_since_stall(estimate.tokens, threshold):
             blocked = ""
+        share = self._max_user_share
         return Call(
             operation=operation,
             reason=reason,
@@ -437,7 +431,7 @@ class ContextEngine:
                 archiving=self._archive is not None,
                 max_user_share=self._max_user_share,
             ),
-            floor=floor,
+            floor_of=lambda view, tokens: meter.view_floor(view, tokens, threshold, share),
             llm_blocked=blocked,
             failures=failures,
             window=self._window,

@@ -307,18 +307,33 @@ class Meter:
         ``max_user_share`` (the pipeline can trim the newest user message), that
         message counts only up to that share of the threshold.
         """
+        return self.view_floor(view, estimate.tokens, threshold, max_user_share)
+
+    def view_floor(
+        self,
+        view: tuple[Message, ...],
+        tokens: int,
+        threshold: int,
+        max_user_share: float | None = None,
+    ) -> int:
+        """`floor_tokens` of a view measured at ``tokens`` (a rewritten view, for one).
+
+        The floor of the view as strategies left it is the honest one: a tool
+        result in the protected tail counts as capped once it was capped.
+        """
         shape = analyze(view)
         count = self.counter.count_message
         # The lead and the tail never overlap (the tail starts after the lead).
         total = sum(map(count, view[: shape.lead_end])) + sum(map(count, view[shape.tail_start :]))
         last = shape.last_user
         if last >= 0:
-            tokens = count(view[last])
+            user = count(view[last])
             if last >= shape.tail_start:
-                total -= tokens  # counted with the tail; added back below, capped
+                total -= user  # counted with the tail; added back below, capped
             # Only text can be trimmed: an image-only message counts whole.
             if max_user_share is not None and _has_text(view[last]):
-                tokens = min(tokens, int(max_user_share * threshold))
-            total += tokens
-        correction = estimate.tokens - self.counts(view)[0][-1] - REQUEST_OVERHEAD_TOKENS
-        return max(0, total + REQUEST_OVERHEAD_TOKENS + correction)
+                user = min(user, int(max_user_share * threshold))
+            total += user
+        memo_view, cumulative, _ = self._memo
+        counted = cumulative[-1] if memo_view is view else sum(map(count, view))
+        return max(0, total + tokens - counted)

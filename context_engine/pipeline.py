@@ -60,6 +60,8 @@ class Outcome:
     """Why the archive did not take the originals this view removed (nothing to commit)."""
     reused: bool = False
     """The last view plus new messages: no strategy ran, nothing to commit or report."""
+    floor: int | None = None
+    """The floor of the view the first LLM strategy would have got, when one was due."""
 
     @property
     def changed(self) -> bool:
@@ -107,6 +109,7 @@ class Outcome:
             llm_applied=self.llm_applied or other.llm_applied,
             forced_failed=self.forced_failed or other.forced_failed,
             unarchived=self.unarchived or other.unarchived,
+            floor=other.floor if other.floor is not None else self.floor,
         )
 
 
@@ -122,6 +125,7 @@ class _Run:
     views: list[tuple[Message, ...]] = attrs.field(factory=list)
     llm_failed: bool = False
     llm_applied: bool = False
+    floor: int | None = None
 
     def outcome(self) -> Outcome:
         return Outcome(
@@ -134,7 +138,20 @@ class _Run:
             views=tuple(self.views),
             llm_failed=self.llm_failed,
             llm_applied=self.llm_applied,
+            floor=self.floor,
         )
+
+    def futile(self, call: Call, strategy: Strategy) -> bool:
+        """Whether ``strategy`` costs a model call that cannot make this view fit.
+
+        Measured once per run, on the view as the strategies before it left it
+        (a capped tool result in the protected tail counts capped).
+        """
+        if not strategy.uses_llm:
+            return False
+        if self.floor is None:
+            self.floor = call.floor_of(self.view, self.budget.tokens)
+        return self.floor > self.budget.threshold
 
     def skip(self, strategy: Strategy, error: str) -> None:
         """Record a strategy that was not run, and why."""
@@ -248,6 +265,8 @@ async def run_pipeline(
             if refusal:
                 run.skip(strategy, refusal)
             continue
+        if run.futile(call, strategy):
+            continue  # no summary is paid for when it cannot help
         await run.step(strategy, partial(strategy.apply, call.transcript, run.view, run.budget))
     return run.outcome()
 
@@ -267,6 +286,8 @@ async def run_forced(
         if refusal is not None:
             if refusal:
                 run.skip(strategy, refusal)
+            continue
+        if call.operation == "recover_overflow" and run.futile(call, strategy):
             continue
         force = partial(
             strategy.force_apply, call.transcript, call.budget, instructions=instructions

@@ -22,7 +22,7 @@ from context_engine import (
 from context_engine.engine import ContextEngine, default_reserve
 from context_engine.invariants import check_view
 from context_engine.strategies import HardTruncate
-from context_engine.testing import FixedTokenCounter
+from context_engine.testing import FixedTokenCounter, RecordingSummarizer
 from tests.fakes import Checkpointer, Exploding, ShrinkToolResults, agent_session
 
 
@@ -821,3 +821,26 @@ async def test_the_pipeline_runs_again_once_the_extended_view_no_longer_fits() -
     assert shrink.calls == 2
     assert result.event is not None
     assert check_view(grown, result.messages) == []
+
+
+async def test_a_huge_fresh_tool_result_is_capped_and_the_view_is_not_called_futile() -> None:
+    """The floor is measured on the view as the cap left it: a 60k-token result in the
+    protected tail counts capped, so the call is neither futile nor above the threshold."""
+    summarizer = RecordingSummarizer()
+    engine = ContextEngine.default(8_000, summarizer=summarizer, token_counter=FixedTokenCounter())
+    call = ToolCall("call_grep", "bash", '{"command": "grep -rn TODO ."}')
+    grep = "".join(f"src/mod_{i}.py:{i}: # TODO tidy this module up\n" for i in range(6_000))
+    messages = [
+        Message.system("You are a coding agent."),
+        Message.user("Find the TODOs."),
+        Message.assistant(tool_calls=[call]),
+        Message.tool(call.id, grep),
+    ]
+    assert engine.estimate(messages).tokens > 7 * engine.threshold
+    result = await engine.project(messages)
+    assert result.fits
+    assert result.event is not None
+    assert not result.event.futile
+    assert result.event.strategy == "tool_result_cap"
+    assert check_view(messages, result.messages) == []
+    assert summarizer.requests == []  # the cap alone made it fit
