@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 
@@ -10,7 +11,7 @@ from context_engine.errors import ArchiveError, RecallError
 from context_engine.messages import Message
 from context_engine.strategies.base import Removal
 
-__all__ = ["keep_originals", "recall_originals"]
+__all__ = ["keep_originals", "keep_within", "recall_originals"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +38,23 @@ async def keep_originals(archive: Archive, session_id: str, removed: Sequence[Re
     except Exception as exc:  # a third-party store: any failure means "not kept"
         raise ArchiveError(f"the archive failed to store the originals: {exc!r}") from exc
     logger.debug("session=<%s> records=<%d> | originals archived", session_id, len(records))
+
+
+async def keep_within(
+    archive: Archive, session_id: str, removed: Sequence[Removal], timeout: float
+) -> str | None:
+    """`keep_originals` within ``timeout`` seconds; None when kept, else what went wrong.
+
+    A locked or frozen store must not block the call it serves: past the
+    deadline the write is abandoned (idempotent writes make a late one harmless).
+    """
+    try:
+        await asyncio.wait_for(keep_originals(archive, session_id, removed), timeout)
+    except asyncio.TimeoutError:
+        return f"no answer within {timeout:g} s"
+    except ArchiveError as exc:
+        return str(exc) or type(exc).__name__
+    return None
 
 
 async def recall_originals(

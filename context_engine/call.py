@@ -16,6 +16,7 @@ from typing import Any, Literal
 import attrs
 
 from context_engine._aio import call_hook
+from context_engine.breaker import CircuitBreaker
 from context_engine.errors import CompactionError
 from context_engine.events import ContextUsage, RewriteEvent, RewriteReason, Scope
 from context_engine.messages import Message
@@ -24,10 +25,10 @@ from context_engine.pipeline import Outcome
 from context_engine.results import CompactResult, Projection, RecoveryResult
 from context_engine.session import Remembered, Session
 from context_engine.strategies.base import Budget, Strategy
-from context_engine.telemetry import Telemetry
+from context_engine.telemetry import Telemetry, set_attributes
 from context_engine.tokens import UsageEstimate
 
-__all__ = ["Call", "Hooks", "Operation", "finish"]
+__all__ = ["Call", "Desk", "Hooks", "Operation", "finish", "mark_span"]
 
 logger = logging.getLogger("context_engine.engine")
 
@@ -317,4 +318,27 @@ def _compact_failed(outcome: Outcome) -> CompactionError:
         view=outcome.view,
         strategy=name,
         failures=0,
+    )
+
+
+def mark_span(span: Any, result: Projection | CompactResult, breaker: CircuitBreaker) -> None:
+    """Put a call's result on its operation span (nothing when the span is not recording)."""
+    if not span.is_recording():
+        return
+    event = result.event
+    set_attributes(
+        span,
+        {
+            "context_engine.tokens_before": event.tokens_before if event else result.usage.tokens,
+            "context_engine.tokens_after": result.usage.tokens,
+            "context_engine.changed": result.changed,
+            "context_engine.committed": result.commit is not None,
+            "context_engine.strategy": result.strategy,
+            "context_engine.reason": event.reason if event else None,
+            "context_engine.futile": bool(event and event.futile),
+            "context_engine.breaker.state": breaker.state,
+            "context_engine.breaker.failures": breaker.failures,
+            "context_engine.prefix_stable": result.usage.prefix_stable,
+            "context_engine.prefix_reused_tokens": result.usage.prefix_reused_tokens,
+        },
     )

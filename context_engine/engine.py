@@ -9,7 +9,6 @@ remembers, reports and returns. The engine holds configuration and a
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
@@ -17,25 +16,35 @@ from typing import Any, Literal
 import attrs
 
 from context_engine._aio import run_blocking
-from context_engine._originals import keep_originals, recall_originals
+from context_engine._originals import keep_within, recall_originals
+from context_engine._settings import (
+    archive_settings,
+    default_reserve,
+    non_negative,
+    positive_window,
+    reserve,
+    seconds,
+    strategy_tuple,
+    user_share,
+    warn_if_no_room,
+)
 from context_engine._transcript import as_transcript, recovery_target
-from context_engine._validate import check_int, check_number, is_int
-from context_engine.archive.base import Archive, check_session_id
+from context_engine.archive.base import Archive
 from context_engine.breaker import BreakerState, CircuitBreaker
-from context_engine.call import Call, Desk, Hooks, Operation, finish
-from context_engine.errors import ArchiveError, ConfigurationError
-from context_engine.events import ContextUsage, RewriteReason, RewriteStep, Snapshot
+from context_engine.call import Call, Desk, Hooks, Operation, finish, mark_span
+from context_engine.errors import ConfigurationError
+from context_engine.events import ContextUsage, RewriteReason, Snapshot
 from context_engine.messages import Message
 from context_engine.meter import Meter
 from context_engine.overflow import is_context_overflow
-from context_engine.pipeline import BREAKER_OPEN, Outcome, run_forced, run_pipeline
+from context_engine.pipeline import BREAKER_OPEN, Outcome, run_forced, run_pipeline, run_unarchived
 from context_engine.redact import Redactor
 from context_engine.results import CompactResult, Projection, RecoveryResult
 from context_engine.session import Remembered, Session
 from context_engine.snapshots import describe_view
 from context_engine.strategies.base import Budget, Strategy
 from context_engine.structure import shared_shapes
-from context_engine.telemetry import Telemetry, set_attributes
+from context_engine.telemetry import Telemetry
 from context_engine.tokens import DEFAULT_ENCODING, TokenCounter, UsageEstimate, resolve_counter
 
 __all__ = ["CompactResult", "ContextEngine", "Projection", "RecoveryResult", "default_reserve"]
@@ -43,93 +52,6 @@ __all__ = ["CompactResult", "ContextEngine", "Projection", "RecoveryResult", "de
 logger = logging.getLogger(__name__)
 
 Hook = Callable[..., Any]
-
-
-def default_reserve(context_window: int) -> int:
-    """The default head-room: ``clamp(0.13 * window, 4096, 16384)``."""
-    return max(4096, min(16384, int(0.13 * context_window)))
-
-
-def _positive_window(value: object) -> int:
-    if not is_int(value) or value <= 0:
-        raise ConfigurationError(f"context_window must be a positive int of tokens, got {value!r}")
-    return value
-
-
-def _reserve(value: object) -> int | None:
-    if value == 0 and not isinstance(value, bool):
-        return None  # 0, like None, restores the default
-    return check_int(
-        value, "ContextEngine", "reserve_tokens", optional=True, fix="None restores the default"
-    )
-
-
-def _non_negative(name: str, value: object) -> int:
-    return check_int(value, "ContextEngine", name)
-
-
-def _user_share(value: object) -> float | None:
-    return check_number(
-        value,
-        "ContextEngine",
-        "max_user_share",
-        maximum=1,
-        exclusive_minimum=True,
-        optional=True,
-        fix="it is the share of the threshold the newest user message always keeps when it "
-        "has to be trimmed (1.0 trims it only when it alone exceeds the threshold); None "
-        "never trims it",
-    )
-
-
-def _seconds(name: str, value: object) -> float:
-    return check_number(value, "ContextEngine", name, exclusive_minimum=True, unit="seconds")
-
-
-def _strategy_tuple(strategies: object) -> tuple[Strategy, ...]:
-    if strategies is None or not isinstance(strategies, Iterable) or hasattr(strategies, "apply"):
-        raise ConfigurationError(
-            f"strategies must be a list of strategies, got {strategies!r}; "
-            "wrap a single strategy in a list"
-        )
-    checked = tuple(strategies)
-    for strategy in checked:
-        if (
-            not isinstance(getattr(strategy, "name", None), str)
-            or not callable(getattr(strategy, "apply", None))
-            or not isinstance(getattr(strategy, "uses_llm", None), bool)
-        ):
-            raise ConfigurationError(
-                f"{strategy!r} is not a strategy: it needs a str `name`, a bool `uses_llm` "
-                "and an async `apply` (see context_engine.strategies.Strategy)"
-            )
-    return checked
-
-
-def _archive_settings(archive: object, session_id: object) -> tuple[Archive | None, str | None]:
-    if archive is None:
-        return None, None if session_id is None else check_session_id(session_id)
-    if not isinstance(archive, Archive):
-        raise ConfigurationError(
-            f"archive must implement context_engine.archive.Archive (MemoryArchive, "
-            f"SQLiteArchive, RedisArchive or open_archive(url)), got {archive!r}"
-        )
-    if session_id is None:
-        raise ConfigurationError(
-            "an archive needs session_id=: references are scoped by session, so pass the "
-            "id of the agent session this engine serves"
-        )
-    return archive, check_session_id(session_id)
-
-
-def _warn_if_no_room(window: int, reserve: int) -> None:
-    if reserve >= window:
-        logger.warning(
-            "window=<%d> reserve=<%d> | the reserve leaves no room for the prompt: every call "
-            "is above the threshold; set reserve_tokens below the window",
-            window,
-            reserve,
-        )
 
 
 class ContextEngine:
@@ -191,12 +113,12 @@ class ContextEngine:
         session_id: str | None = None,
         archive_timeout_seconds: float = 2.0,
     ) -> None:
-        self._window = _positive_window(context_window)
-        self._archive, self._session_id = _archive_settings(archive, session_id)
-        self._archive_timeout = _seconds("archive_timeout_seconds", archive_timeout_seconds)
-        self._reserve = _reserve(reserve_tokens)
-        self._strategies = _strategy_tuple(strategies)
-        self._max_user_share = _user_share(max_user_share)
+        self._window = positive_window(context_window)
+        self._archive, self._session_id = archive_settings(archive, session_id)
+        self._archive_timeout = seconds("archive_timeout_seconds", archive_timeout_seconds)
+        self._reserve = reserve(reserve_tokens)
+        self._strategies = strategy_tuple(strategies)
+        self._max_user_share = user_share(max_user_share)
         if isinstance(commit_strategies, str) or not isinstance(commit_strategies, Iterable):
             raise ConfigurationError(
                 "commit_strategies must be a collection of strategy names, "
@@ -219,7 +141,7 @@ class ContextEngine:
                 f"token_counter must be a TokenCounter (count_text, count_message, key), "
                 f"got {counter!r}; use encoding= to pick a tiktoken encoding by name"
             )
-        self._meter = Meter(counter, _non_negative("overhead_tokens", overhead_tokens))
+        self._meter = Meter(counter, non_negative("overhead_tokens", overhead_tokens))
         for label, hook in (
             ("on_project", on_project),
             ("on_recover", on_recover),
@@ -232,7 +154,7 @@ class ContextEngine:
         self.on_strategy = on_strategy
         self._session = Session(breaker)
         self._telemetry = Telemetry(tracer_provider, meter_provider)
-        _warn_if_no_room(self._window, self.reserve_tokens)
+        warn_if_no_room(self._window, self.reserve_tokens)
 
     @classmethod
     def default(
@@ -282,8 +204,8 @@ class ContextEngine:
 
     @context_window.setter
     def context_window(self, value: int) -> None:
-        self._window = _positive_window(value)
-        _warn_if_no_room(self._window, self.reserve_tokens)
+        self._window = positive_window(value)
+        warn_if_no_room(self._window, self.reserve_tokens)
 
     @property
     def reserve_tokens(self) -> int:
@@ -292,8 +214,8 @@ class ContextEngine:
 
     @reserve_tokens.setter
     def reserve_tokens(self, value: int | None) -> None:
-        self._reserve = _reserve(value)
-        _warn_if_no_room(self._window, self.reserve_tokens)
+        self._reserve = reserve(value)
+        warn_if_no_room(self._window, self.reserve_tokens)
 
     @property
     def counter(self) -> TokenCounter:
@@ -307,7 +229,7 @@ class ContextEngine:
 
     @overhead_tokens.setter
     def overhead_tokens(self, value: int) -> None:
-        self._meter.overhead_tokens = _non_negative("overhead_tokens", value)
+        self._meter.overhead_tokens = non_negative("overhead_tokens", value)
 
     @property
     def threshold(self) -> int:
@@ -456,7 +378,7 @@ class ContextEngine:
             call = self._call(operation, transcript, extra.get("error"))
             outcome = await self._rewrite(call, extra.get("instructions"))
             result = await finish(call, await self._kept(call, outcome), self._desk())
-            _span_end(span, result, self.breaker)
+            mark_span(span, result, self.breaker)
             return result
 
     async def _rewrite(self, call: Call, instructions: str | None) -> Outcome:
@@ -503,53 +425,22 @@ class ContextEngine:
         """Archive what ``outcome`` removed before any view of it leaves the engine.
 
         When the store fails or is too slow, the call still gets a view that
-        fits: the pipeline runs again without archiving and without the LLM
-        (view-only rewrites; the caller's transcript still holds every
-        original), the step says why, and nothing is committed.
+        fits: view-only rewrites without archiving (`run_unarchived`), the step
+        says why, and nothing is committed.
         """
-        if self._archive is None or not outcome.removed:
+        if self._archive is None or self._session_id is None or not outcome.removed:
             return outcome
-        assert self._session_id is not None
-        try:
-            await asyncio.wait_for(
-                keep_originals(self._archive, self._session_id, outcome.removed),
-                self._archive_timeout,
-            )
-        except (ArchiveError, asyncio.TimeoutError) as exc:
-            reason = str(exc) or f"no answer within {self._archive_timeout:g} s"
-            logger.warning(
-                "session=<%s> | archive write failed; view-only rewrites without archiving: %s",
-                self._session_id,
-                reason,
-            )
-            return await self._unarchived(call, outcome, f"ArchiveError: {reason}")
-        return outcome
-
-    async def _unarchived(self, call: Call, first: Outcome, error: str) -> Outcome:
-        """The deterministic strategies again, without archiving.
-
-        The first run's failed steps stay on record, so an LLM failure in it still
-        counts once; what it applied was discarded with its view.
-        """
-        budget = attrs.evolve(call.budget, archiving=False)
-        offline = attrs.evolve(call, budget=budget, llm_blocked="", archiving=False)
-        strategies = [s for s in self._strategies if not s.uses_llm]
-        outcome = await run_pipeline(offline, strategies, call.transcript, budget, None)
-        step = RewriteStep(
-            name="archive",
-            applied=False,
-            tokens_before=call.estimate.tokens,
-            tokens_after=outcome.tokens,
-            duration=0.0,
-            error=error,
+        problem = await keep_within(
+            self._archive, self._session_id, outcome.removed, self._archive_timeout
         )
-        return attrs.evolve(
-            outcome,
-            steps=(*(s for s in first.steps if s.error), step, *outcome.steps),
-            unarchived=error,
-            llm_failed=first.llm_failed,
-            forced_failed=first.forced_failed,
+        if problem is None:
+            return outcome
+        logger.warning(
+            "session=<%s> | archive write failed; view-only rewrites without archiving: %s",
+            self._session_id,
+            problem,
         )
+        return await run_unarchived(call, self._strategies, outcome, f"ArchiveError: {problem}")
 
     # -- public calls --------------------------------------------------------------
 
@@ -629,16 +520,14 @@ class ContextEngine:
         )
         if removal is None or self._archive is None or self._session_id is None:
             return capped
-        try:
-            await asyncio.wait_for(
-                keep_originals(self._archive, self._session_id, (removal,)),
-                self._archive_timeout,
-            )
-        except (ArchiveError, asyncio.TimeoutError) as exc:
+        problem = await keep_within(
+            self._archive, self._session_id, (removal,), self._archive_timeout
+        )
+        if problem is not None:
             logger.warning(
                 "session=<%s> | archive write failed; tool result kept whole: %s",
                 self._session_id,
-                exc or "timed out",
+                problem,
             )
             return message
         return capped
@@ -694,25 +583,3 @@ def _reason(operation: Operation) -> RewriteReason:
     if operation == "project":
         return "threshold"
     return "manual" if operation == "compact" else "overflow"
-
-
-def _span_end(span: Any, result: Projection | CompactResult, breaker: CircuitBreaker) -> None:
-    if not span.is_recording():
-        return
-    event = result.event
-    set_attributes(
-        span,
-        {
-            "context_engine.tokens_before": event.tokens_before if event else result.usage.tokens,
-            "context_engine.tokens_after": result.usage.tokens,
-            "context_engine.changed": result.changed,
-            "context_engine.committed": result.commit is not None,
-            "context_engine.strategy": result.strategy,
-            "context_engine.reason": event.reason if event else None,
-            "context_engine.futile": bool(event and event.futile),
-            "context_engine.breaker.state": breaker.state,
-            "context_engine.breaker.failures": breaker.failures,
-            "context_engine.prefix_stable": result.usage.prefix_stable,
-            "context_engine.prefix_reused_tokens": result.usage.prefix_reused_tokens,
-        },
-    )

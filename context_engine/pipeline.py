@@ -31,7 +31,7 @@ from context_engine.telemetry import current_telemetry, set_attributes
 if TYPE_CHECKING:
     from context_engine.call import Call
 
-__all__ = ["BREAKER_OPEN", "Outcome", "run_forced", "run_pipeline"]
+__all__ = ["BREAKER_OPEN", "Outcome", "run_forced", "run_pipeline", "run_unarchived"]
 
 BREAKER_OPEN = "circuit breaker open"
 """The error recorded on the step of an LLM strategy the open breaker skipped."""
@@ -296,3 +296,34 @@ async def run_forced(
             return run.outcome()
     failed = next((step.name for step in run.steps if step.error), None)
     return attrs.evolve(run.outcome(), forced_failed=failed)
+
+
+async def run_unarchived(
+    call: Call, strategies: Sequence[Strategy], first: Outcome, error: str
+) -> Outcome:
+    """The deterministic strategies again, without archiving, after the store failed.
+
+    Their placeholders name no reference the store lacks; ``first``'s failed
+    steps stay on record (an LLM failure in it still counts once), what it
+    applied is discarded with its view, and the outcome says why nothing may
+    be committed (`Outcome.unarchived`).
+    """
+    budget = attrs.evolve(call.budget, archiving=False)
+    offline = attrs.evolve(call, budget=budget, llm_blocked="", archiving=False)
+    kept = [s for s in strategies if not s.uses_llm]
+    outcome = await run_pipeline(offline, kept, call.transcript, budget, None)
+    step = RewriteStep(
+        name="archive",
+        applied=False,
+        tokens_before=call.estimate.tokens,
+        tokens_after=outcome.tokens,
+        duration=0.0,
+        error=error,
+    )
+    return attrs.evolve(
+        outcome,
+        steps=(*(s for s in first.steps if s.error), step, *outcome.steps),
+        unarchived=error,
+        llm_failed=first.llm_failed,
+        forced_failed=first.forced_failed,
+    )
