@@ -205,11 +205,11 @@ ERRORS: list[tuple[str, Callable[[], object], type[ContextEngineError], str]] = 
         "got NoneType",
     ),  # type: ignore[arg-type]
     # -- configuration
-    ("window-zero", lambda: engine(0), ConfigurationError, "context_window must be a positive int"),
-    ("window-negative", lambda: engine(-128_000), ConfigurationError, "positive int"),
-    ("window-float", lambda: engine(1.5), ConfigurationError, "positive int"),  # type: ignore[arg-type]
-    ("window-str", lambda: engine("128k"), ConfigurationError, "positive int"),  # type: ignore[arg-type]
-    ("window-bool", lambda: engine(True), ConfigurationError, "positive int"),  # type: ignore[arg-type]
+    ("window-zero", lambda: engine(0), ConfigurationError, "context_window must be an int >= 1"),
+    ("window-negative", lambda: engine(-128_000), ConfigurationError, "an int >= 1"),
+    ("window-float", lambda: engine(1.5), ConfigurationError, "an int >= 1"),  # type: ignore[arg-type]
+    ("window-str", lambda: engine("128k"), ConfigurationError, "an int >= 1"),  # type: ignore[arg-type]
+    ("window-bool", lambda: engine(True), ConfigurationError, "an int >= 1"),  # type: ignore[arg-type]
     ("reserve-negative", lambda: engine(reserve_tokens=-1), ConfigurationError, "reserve_tokens"),
     ("reserve-str", lambda: engine(reserve_tokens="4k"), ConfigurationError, "reserve_tokens"),
     (
