@@ -74,14 +74,19 @@ def strategy_tuple(strategies: object) -> tuple[Strategy, ...]:
         )
     checked = tuple(strategies)
     for strategy in checked:
-        if (
-            not isinstance(getattr(strategy, "name", None), str)
-            or not callable(getattr(strategy, "apply", None))
-            or not isinstance(getattr(strategy, "uses_llm", None), bool)
-        ):
+        lacking = [
+            member
+            for member, ok in (
+                ("a str `name`", isinstance(getattr(strategy, "name", None), str)),
+                ("a bool `uses_llm`", isinstance(getattr(strategy, "uses_llm", None), bool)),
+                ("an async `apply`", callable(getattr(strategy, "apply", None))),
+            )
+            if not ok
+        ]
+        if lacking:
             raise ConfigurationError(
-                f"{strategy!r} is not a strategy: it needs a str `name`, a bool `uses_llm` "
-                "and an async `apply` (see context_engine.strategies.Strategy)"
+                f"{strategy!r} is not a strategy: it lacks {' and '.join(lacking)} "
+                "(see context_engine.strategies.Strategy and docs/strategies/writing.md)"
             )
     return checked
 

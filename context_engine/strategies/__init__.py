@@ -3,6 +3,7 @@
 from context_engine.strategies.base import (
     Budget,
     ForceCompactionStrategy,
+    Removal,
     Strategy,
     StrategyResult,
 )
@@ -20,6 +21,7 @@ __all__ = [
     "HardTruncate",
     "LightTrim",
     "PostSummaryHook",
+    "Removal",
     "SessionMemory",
     "Strategy",
     "StrategyResult",

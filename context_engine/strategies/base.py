@@ -1,20 +1,23 @@
-"""The protocols every strategy implements and the values they exchange with the engine."""
+"""The contract between the engine and its strategies: two protocols and the values they exchange.
+
+`Strategy` and `ForceCompactionStrategy` say what a strategy MUST do; `Budget`
+is what it works against, `StrategyResult` what it hands back and `Removal`
+what it reports as removed so an archive keeps the originals. A custom
+strategy needs nothing else (docs/strategies/writing.md). The helpers the
+built-in strategies share live in `context_engine.strategies._shorten`.
+"""
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Literal, Protocol, runtime_checkable
 
 import attrs
 
-from context_engine._memo import memoized
-from context_engine._validate import Validator, share
 from context_engine.archive.base import RecordKind
 from context_engine.archive.reference import reference_for
 from context_engine.events import SummaryInfo
-from context_engine.messages import Message, TextBlock
-from context_engine.structure import ARCHIVED_KEY
+from context_engine.messages import Message
 from context_engine.tokens import TokenCounter
 
 __all__ = [
@@ -23,11 +26,6 @@ __all__ = [
     "Removal",
     "Strategy",
     "StrategyResult",
-    "archived_copy",
-    "derived_copy",
-    "reference_note",
-    "replace_oldest_first",
-    "step_share",
 ]
 
 
@@ -87,10 +85,6 @@ class Budget:
         return -(-(excess + step) // step) * step
 
 
-step_share: Validator = share(exclusive_maximum=True)
-"""Attrs validator of a head-room step (`Budget.goal_in_steps`): a share in [0, 1)."""
-
-
 def _message_tuple(messages: Iterable[Message]) -> tuple[Message, ...]:
     # A typed converter: mypy cannot infer the element type of a bare ``tuple`` converter.
     return tuple(messages)
@@ -113,50 +107,6 @@ class Removal:
     def reference(self) -> str:
         """The archive reference of the originals (a pure function of their content)."""
         return reference_for(self.originals)
-
-
-def reference_note(reference: str) -> str:
-    """The line a shortened message gets so the agent can fetch its original back."""
-    return f"[Original archived as {reference}; the recall_context tool returns it.]"
-
-
-# Marks the keys of `derived_copy`'s values in a message's memo (`context_engine._memo`).
-_COPY = "context_engine.derived_copy"
-
-
-def derived_copy(
-    message: Message, key: Hashable, make: Callable[..., Message], *args: object
-) -> Message:
-    """``make(message, *args)``, computed once per message and ``key`` and kept on the message.
-
-    A strategy that shortens a message the same way on every call (a cleared
-    tool result, a trimmed text block) gets the very same object back on the
-    next call: no new copy to build or count, and the view it rebuilds from
-    the transcript has the same objects as the last one. ``key`` must name
-    everything the copy depends on besides ``message`` (the placeholder text,
-    the trim sizes); ``make`` must not return ``message`` itself.
-    """
-    # Under a key of its own, so no ``key`` can collide with other memoized values.
-    return memoized(message, (_COPY, key), make, *args)
-
-
-def _with_reference(reference: str) -> Callable[[Message], Message]:
-    def make(shortened: Message) -> Message:
-        return attrs.evolve(
-            shortened,
-            content=(*shortened.content, TextBlock(reference_note(reference))),
-            metadata={**shortened.metadata, ARCHIVED_KEY: [reference]},
-        )
-
-    return make
-
-
-def archived_copy(shortened: Message, reference: str) -> Message:
-    """``shortened`` naming ``reference``: one more text block and `ARCHIVED_KEY` in metadata.
-
-    The copy is made once per ``shortened`` object and reference (`derived_copy`).
-    """
-    return derived_copy(shortened, (ARCHIVED_KEY, reference), _with_reference(reference))
 
 
 def _removal_tuple(removals: Iterable[Removal]) -> tuple[Removal, ...]:
@@ -193,93 +143,6 @@ class StrategyResult:
     def unchanged(cls, view: Sequence[Message], *, error: str | None = None) -> StrategyResult:
         """A no-op result that hands the view on."""
         return cls(messages=tuple(view), applied=False, error=error)
-
-
-# Marks the keys of `replace_oldest_first`'s values in a message's memo.
-_STEP = "context_engine.replace_oldest_first"
-
-
-@attrs.define
-class _Step:
-    """One memoized replacement: the shorter message and the tokens it saves.
-
-    It holds no strong reference back to the original: the `Removal` naming
-    the original is kept by weak reference, reused while the last result
-    that reported it is alive (the engine keeps its last outcome). So the
-    message and its cache never form a cycle and go as soon as the caller
-    drops them.
-    """
-
-    shorter: Message
-    saved: int
-    _removal: weakref.ref[Removal] | None = None
-
-    def removal(self, original: Message, kind: RecordKind) -> Removal:
-        """The `Removal` of ``original``: the last one made, while it is alive."""
-        removal = self._removal() if self._removal is not None else None
-        if removal is None:
-            removal = Removal(kind, (original,))
-            self._removal = weakref.ref(removal)
-        return removal
-
-
-def replace_oldest_first(
-    view: Sequence[Message],
-    replacements: Iterable[tuple[int, Callable[[], Message]]],
-    budget: Budget,
-    goal: int,
-    kind: RecordKind,
-    *,
-    memo: Hashable | None = None,
-) -> StrategyResult:
-    """Swap messages for shorter versions, in the order given, until ``goal`` tokens are saved.
-
-    ``replacements`` yields ``(index, make)`` pairs; ``make()`` builds the
-    shorter message and is only called while more saving is needed. When the
-    budget is archiving, the shorter message also names its original's
-    reference. A replacement that would not save anything is skipped. The
-    shared loop of the strategies that shorten messages in place (microcompact,
-    light trim).
-
-    With ``memo`` (a key naming everything ``make`` depends on besides the
-    original: the strategy and its settings), each replacement is computed
-    once per original message and kept on it, so the next call that shortens
-    the same message reuses the very same shorter object.
-    """
-    count = budget.counter.count_message
-    key = None if memo is None else (_STEP, memo, kind, budget.archiving, budget.counter.key)
-    messages = list(view)
-    removed: list[Removal] = []
-    saved = 0
-    for index, make in replacements:
-        if saved >= goal:
-            break
-        original = view[index]
-        if key is None:
-            step = _shorten(original, make, kind, budget.archiving, count)
-        else:
-            step = memoized(original, key, _shorten, make, kind, budget.archiving, count)
-        if step.saved <= 0:
-            continue
-        messages[index] = step.shorter
-        removed.append(step.removal(original, kind))
-        saved += step.saved
-    if not removed:
-        return StrategyResult.unchanged(view)
-    return StrategyResult(messages=messages, applied=True, tokens_saved=saved, removed=removed)
-
-
-def _shorten(
-    original: Message,
-    make: Callable[[], Message],
-    kind: RecordKind,
-    archiving: bool,
-    count: Callable[[Message], int],
-) -> _Step:
-    shorter = make()
-    if archiving:
-        shorter = archived_copy(shorter, Removal(kind, (original,)).reference)
-    return _Step(shorter, count(original) - count(shorter))
 
 
 @runtime_checkable

@@ -44,7 +44,8 @@ import regex
 
 from context_engine._validate import is_int
 from context_engine.messages import Block, Message, TextBlock
-from context_engine.strategies.base import Budget, Removal, StrategyResult, archived_copy
+from context_engine.strategies._shorten import archived_copy
+from context_engine.strategies.base import Budget, Removal, StrategyResult
 from context_engine.strategies.light_trim import trim_text
 from context_engine.structure import (
     ARCHIVED_KEY,

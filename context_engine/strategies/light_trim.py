@@ -20,13 +20,8 @@ import attrs
 from context_engine._validate import non_negative_int
 from context_engine.errors import ConfigurationError
 from context_engine.messages import Block, Message, TextBlock
-from context_engine.strategies.base import (
-    Budget,
-    StrategyResult,
-    derived_copy,
-    replace_oldest_first,
-    step_share,
-)
+from context_engine.strategies._shorten import derived_copy, replace_oldest_first, step_share
+from context_engine.strategies.base import Budget, StrategyResult
 from context_engine.structure import TRIMMED_KEY, analyze
 
 __all__ = ["LightTrim", "trim_text"]

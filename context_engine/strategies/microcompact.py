@@ -25,13 +25,8 @@ from context_engine._lru import ByteLRU
 from context_engine._validate import non_negative_int
 from context_engine.errors import ConfigurationError
 from context_engine.messages import Message, TextBlock, ToolCall
-from context_engine.strategies.base import (
-    Budget,
-    StrategyResult,
-    derived_copy,
-    replace_oldest_first,
-    step_share,
-)
+from context_engine.strategies._shorten import derived_copy, replace_oldest_first, step_share
+from context_engine.strategies.base import Budget, StrategyResult
 from context_engine.structure import CLEARED_KEY, analyze
 from context_engine.tokens import TokenCounter
 

@@ -34,14 +34,8 @@ import attrs
 from context_engine.errors import ConfigurationError, InvalidMessageError
 from context_engine.messages import Block, Message, TextBlock
 from context_engine.strategies._preview import preview
-from context_engine.strategies.base import (
-    Budget,
-    Removal,
-    StrategyResult,
-    archived_copy,
-    derived_copy,
-    reference_note,
-)
+from context_engine.strategies._shorten import archived_copy, derived_copy, reference_note
+from context_engine.strategies.base import Budget, Removal, StrategyResult
 from context_engine.structure import CAPPED_KEY, CLEARED_KEY, analyze
 from context_engine.tokens import TokenCounter
 

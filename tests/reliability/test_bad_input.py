@@ -469,14 +469,6 @@ async def test_a_single_user_message_larger_than_the_window_is_trimmed_with_a_ma
         pytest.param([Message.system("s" * 200_000), Message.user("hi")], id="huge-system"),
         pytest.param(
             [
-                Message.user("run it"),
-                Message.assistant(tool_calls=[ToolCall("c1", "bash", "{}")]),
-                Message.tool("c1", "o" * 200_000),
-            ],
-            id="huge-newest-tool-result",
-        ),
-        pytest.param(
-            [
                 Message.user("go"),
                 Message.assistant(tool_calls=[ToolCall("c1", "bash", "x" * 200_000)]),
             ],
@@ -495,6 +487,24 @@ async def test_an_untouchable_message_larger_than_the_window_is_reported_futile(
     assert result.event is not None
     assert result.event.futile
     assert result.event.floor_tokens > futile_engine.threshold
+    assert summarizer_calls == []
+
+
+async def test_a_newest_tool_result_larger_than_the_window_is_capped_not_futile() -> None:
+    """The default pipeline caps the result (it is not untouchable): the view fits and no
+    summary is paid for."""
+    summarizer_calls: list[Any] = []
+    capped_engine = engine(8_000, summarizer=lambda r: summarizer_calls.append(r) or "s")
+    transcript = [
+        Message.user("run it"),
+        Message.assistant(tool_calls=[ToolCall("c1", "bash", "{}")]),
+        Message.tool("c1", "o" * 200_000),
+    ]
+    result = await capped_engine.project(transcript)
+    valid(transcript, result.messages)
+    assert result.fits
+    assert result.event is not None
+    assert not result.event.futile
     assert summarizer_calls == []
 
 

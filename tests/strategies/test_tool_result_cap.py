@@ -23,7 +23,7 @@ from context_engine.strategies import (
     ToolResultCap,
     ToolResultMicrocompact,
 )
-from context_engine.strategies.base import reference_note
+from context_engine.strategies._shorten import reference_note
 from context_engine.strategies.tool_result_cap import MIN_CAP_TOKENS, cap_tool_result
 from context_engine.structure import ARCHIVED_KEY, CAPPED_KEY, CLEARED_KEY, analyze
 from context_engine.testing import FixedTokenCounter

@@ -13,13 +13,8 @@ from context_engine import Message, ToolCall
 from context_engine.archive.reference import reference_for
 from context_engine.invariants import check_view
 from context_engine.messages import TextBlock
-from context_engine.strategies.base import (
-    Budget,
-    StrategyResult,
-    archived_copy,
-    derived_copy,
-    replace_oldest_first,
-)
+from context_engine.strategies._shorten import archived_copy, derived_copy, replace_oldest_first
+from context_engine.strategies.base import Budget, StrategyResult
 from context_engine.structure import ARCHIVED_KEY
 from context_engine.testing import FixedTokenCounter
 
