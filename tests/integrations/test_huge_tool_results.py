@@ -316,7 +316,10 @@ async def test_openai_agents_filter_and_model_finish_with_a_huge_grep_in_the_mid
                 assistant_message(f"Step {step}: calling {planned[0]}.", item_id=f"msg_{step}"),
                 scripted_call(*planned, call_id=f"call_{step}"),
             ]
-        return ModelStep(output=output, usage=AgentsUsage(requests=1, input_tokens=tokens))
+        # About what the answer costs, as the harness bills it (an answer is under 40 tokens).
+        usage = AgentsUsage(requests=1, input_tokens=tokens, output_tokens=40)
+        usage.total_tokens = tokens + 40
+        return ModelStep(output=output, usage=usage)
 
     model = ScriptedModel([ModelStep.respond(provider)] * (TOOL_STEPS + 5))
     read_file, grep = repository_tools(repository)
