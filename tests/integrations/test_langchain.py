@@ -74,12 +74,15 @@ OVERFLOW_ERRORS: list[tuple[str, Callable[[int], Exception]]] = [
 class ScriptedModel(BaseChatModel):
     """Reads ``steps`` files, one tool call per model call, then answers ``done``.
 
-    Prompts above ``limit`` tokens are rejected with ``overflow(tokens)``; it
-    reports usage like a provider, and records every prompt it received.
+    ``plan`` replaces that script: the tool name and arguments of the n-th
+    answer (from 0), None for ``done``. Prompts above ``limit`` tokens are
+    rejected with ``overflow(tokens)``; it reports usage like a provider, and
+    records every prompt it received.
     """
 
     steps: int = 40
     tool: str = "read_file"
+    plan: Callable[[int], tuple[str, dict[str, Any]] | None] | None = None
     limit: int | None = None
     overflow: Callable[[int], Exception] = OVERFLOW_ERRORS[0][1]
     received: list[list[BaseMessage]] = Field(default_factory=list)
@@ -102,12 +105,7 @@ class ScriptedModel(BaseChatModel):
             self.rejected += 1
             raise self.overflow(tokens)
         step, self.answered = self.answered, self.answered + 1
-        if step >= self.steps:
-            message = AIMessage("done")
-        else:
-            path = f"src/mod_{step}.py"
-            read = {"name": self.tool, "args": {"path": path}, "id": f"call_{step}"}
-            message = AIMessage(f"Reading mod_{step} next, {NOTE}", tool_calls=[read])
+        message = self.answer(step)
         answer = COUNTER.count_message(message_from_langchain(message))
         message.usage_metadata = {
             "input_tokens": tokens,
@@ -115,6 +113,17 @@ class ScriptedModel(BaseChatModel):
             "total_tokens": tokens + answer,
         }
         return ChatResult(generations=[ChatGeneration(message=message)])
+
+    def answer(self, step: int) -> AIMessage:
+        """The answer to the ``step``-th accepted prompt (from 0): a tool call, or ``done``."""
+        if self.plan is not None:
+            planned = self.plan(step)
+        else:
+            planned = None if step >= self.steps else (self.tool, {"path": f"src/mod_{step}.py"})
+        if planned is None:
+            return AIMessage("done")
+        call = {"name": planned[0], "args": planned[1], "id": f"call_{step}"}
+        return AIMessage(f"Reading mod_{step} next, {NOTE}", tool_calls=[call])
 
 
 @tool
@@ -190,12 +199,17 @@ def invoke(agent: Any, messages: list[BaseMessage], mode: str, **config: Any) ->
     return asyncio.run(agent.ainvoke(payload, run_config))  # type: ignore[no-any-return]
 
 
-def build(model: ScriptedModel, engine: ContextEngine, **options: Any) -> tuple[Any, Recorder]:
+def build(
+    model: ScriptedModel,
+    engine: ContextEngine,
+    tools: Sequence[Any] = (read_file, read_log),
+    **options: Any,
+) -> tuple[Any, Recorder]:
     recorder = Recorder(engine)
     middleware = [recorder, ContextEngineMiddleware(engine)]
     agent = create_agent(
         model,
-        tools=[read_file, read_log],
+        tools=list(tools),
         system_prompt="You read source files.",
         middleware=middleware,
         **options,

@@ -115,17 +115,20 @@ class Harness:
         return ModelStep.respond(answer)
 
 
-def make_harness(window: int = 3000, reserve: int = 600) -> Harness:
+def make_harness(window: int = 3000, reserve: int | None = 600, **options: Any) -> Harness:
+    """A harness; ``options`` go to ``ContextEngine.default`` (``reserve=None``: its default)."""
     counter = FixedTokenCounter()
     harness = Harness(counter, None, None)  # type: ignore[arg-type]  # filled below
+    # These runs exercise checkpoints by default, which a tool-result cap would make rare.
+    options.setdefault("tool_result_cap", None)
     harness.engine = ContextEngine.default(
         window,
-        tool_result_cap=None,  # these runs exercise checkpoints, which a cap would make rare
         summarizer=ExtractiveSummarizer(),
         token_counter=counter,
         reserve_tokens=reserve,
         on_project=harness.events.append,
         on_recover=harness.recoveries.append,
+        **options,
     )
     harness.input_filter = ContextEngineInputFilter(harness.engine)
     return harness

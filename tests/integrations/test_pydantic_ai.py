@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 import attrs
@@ -73,11 +73,19 @@ class ScriptedModel:
     """A FunctionModel body: reads files one by one, then finishes; reports usage like a provider.
 
     The reported ``input_tokens`` is what the test counter gives for the messages
-    received, so the engine's usage anchors are exact.
+    received, so the engine's usage anchors are exact. ``plan`` replaces the
+    script: the tool name and arguments of the n-th answer (from 0), None for
+    the last one.
     """
 
-    def __init__(self, counter: FixedTokenCounter, steps: int = STEPS, limit: int | None = None):
-        self.counter, self.steps, self.limit = counter, steps, limit
+    def __init__(
+        self,
+        counter: FixedTokenCounter,
+        steps: int = STEPS,
+        limit: int | None = None,
+        plan: Callable[[int], tuple[str, dict[str, Any]] | None] | None = None,
+    ):
+        self.counter, self.steps, self.limit, self.plan = counter, steps, limit, plan
         self.views: list[list[Message]] = []
         self.tokens: list[int] = []
         self.outputs: list[int] = []
@@ -89,19 +97,24 @@ class ScriptedModel:
         self.tokens.append(tokens)
         if self.limit is not None and tokens > self.limit:
             raise context_window_error(tokens, self.limit)
-        if len(self.views) > self.steps:
-            parts: list[Any] = [pm.TextPart("All modules read; done.")]
-        else:
-            step = len(self.views)
-            thought = pm.TextPart(f"Step {step}: reading the next module. " + "Reasoning. " * 50)
-            path = {"path": f"src/mod_{step}.py"}
-            parts = [thought, pm.ToolCallPart("read_file", path, tool_call_id=f"call_{step}")]
+        parts = self.parts(len(self.views))
         (answer,) = from_pydantic_ai([pm.ModelResponse(parts=parts)])
         output = self.counter.count_message(answer)
         self.outputs.append(output)
         return pm.ModelResponse(
             parts=parts, usage=RequestUsage(input_tokens=tokens, output_tokens=output)
         )
+
+    def parts(self, call: int) -> list[Any]:
+        """The answer to the ``call``-th request (from 1): a tool call, the last one ``done``."""
+        if self.plan is not None:
+            planned = self.plan(call - 1)
+        else:
+            planned = None if call > self.steps else ("read_file", {"path": f"src/mod_{call}.py"})
+        if planned is None:
+            return [pm.TextPart("All modules read; done.")]
+        thought = pm.TextPart(f"Step {call}: reading the next module. " + "Reasoning. " * 50)
+        return [thought, pm.ToolCallPart(*planned, tool_call_id=f"call_{call}")]
 
 
 def plain(messages: list[Message]) -> list[Message]:
@@ -150,11 +163,15 @@ def make_engine(
     )
 
 
-def make_agent(model: ScriptedModel, *capabilities: AbstractCapability[Any]) -> Agent[None, str]:
+def make_agent(
+    model: ScriptedModel,
+    *capabilities: AbstractCapability[Any],
+    tools: Sequence[Any] = (read_file,),
+) -> Agent[None, str]:
     return Agent(
         FunctionModel(model),
         system_prompt="You are a careful agent. Read every module before answering.",
-        tools=[read_file],
+        tools=list(tools),
         capabilities=list(capabilities),
     )
 

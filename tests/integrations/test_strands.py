@@ -58,6 +58,9 @@ class ScriptedModel(Model):
 
     It records every request and reports as usage what it was sent, counted
     with the test's counter, the way a provider reports the prompt it billed.
+    ``plan`` replaces the script (the tool name and input of the n-th answer
+    from 0, None for the report); a prompt billed above ``limit`` tokens is
+    rejected as too long, as is the call ``overflow`` picks by its number.
     """
 
     def __init__(
@@ -67,13 +70,19 @@ class ScriptedModel(Model):
         *,
         overflow: Callable[[int], bool] = lambda call: False,
         extra_usage: int = 0,
+        plan: Callable[[int], tuple[str, dict[str, Any]] | None] | None = None,
+        limit: int | None = None,
     ) -> None:
         self.steps = steps
         self.counter = counter
         self.overflow = overflow
         self.extra_usage = extra_usage
+        self.plan = plan
+        self.limit = limit
         self.received: list[list[dict[str, Any]]] = []
+        self.billed: list[int] = []
         self.answered = 0
+        self.rejected = 0
 
     def update_config(self, **model_config: Any) -> None:
         pass
@@ -92,11 +101,18 @@ class ScriptedModel(Model):
             raise ContextWindowOverflowException(OVERFLOW)
         view = from_strands(messages, system_prompt=system_prompt)
         prompt = sum(self.counter.count_message(m) for m in view) + self.extra_usage
+        self.billed.append(prompt)
+        if self.limit is not None and prompt > self.limit:
+            self.rejected += 1
+            raise ContextWindowOverflowException(
+                f"prompt is too long: {prompt} tokens > {self.limit} maximum"
+            )
         step, self.answered = self.answered, self.answered + 1
-        if step < self.steps - 1:
+        planned = self.tool_call(step)
+        if planned is not None:
             text = f"Step {step}: module {step} is next; I note what each handler returns. " * 20
-            call = {"toolUseId": f"call_{step}", "name": "read_file"}
-            arguments = json.dumps({"path": f"src/mod_{step}.py"})
+            call = {"toolUseId": f"call_{step}", "name": planned[0]}
+            arguments = json.dumps(planned[1])
         else:
             text, call, arguments = "All modules reviewed.", None, ""
         answer = Message.assistant(
@@ -113,6 +129,12 @@ class ScriptedModel(Model):
         yield {"messageStop": {"stopReason": "tool_use" if call else "end_turn"}}
         usage = {"inputTokens": prompt, "outputTokens": output, "totalTokens": prompt + output}
         yield {"metadata": {"usage": usage, "metrics": {"latencyMs": 1}}}
+
+    def tool_call(self, step: int) -> tuple[str, dict[str, Any]] | None:
+        """The tool and input the ``step``-th answer calls; None for the final answer."""
+        if self.plan is not None:
+            return self.plan(step)
+        return ("read_file", {"path": f"src/mod_{step}.py"}) if step < self.steps - 1 else None
 
 
 def _ids(call: dict[str, str]) -> dict[str, str]:
@@ -139,6 +161,7 @@ def make_run(
     window: int = 8_000,
     messages: Sequence[Message] = (),
     engine: ContextEngine | None = None,
+    tools: Sequence[Any] = (read_file,),
     **agent_options: Any,
 ) -> Run:
     events: list[RewriteEvent] = []
@@ -155,7 +178,7 @@ def make_run(
     manager = ContextEngineConversationManager(engine)
     agent = Agent(
         model=model,
-        tools=[read_file],
+        tools=list(tools),
         system_prompt=SYSTEM,
         callback_handler=None,
         conversation_manager=manager,
