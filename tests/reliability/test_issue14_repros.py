@@ -92,7 +92,8 @@ async def test_a_recovery_that_drops_history_commits_a_checkpoint_not_a_bare_tru
     assert set(CREATED) <= modified_files(checkpoint)
     target = engine.estimate(transcript).tokens * engine.threshold // 60_000
     assert result.usage.tokens <= target
-    assert result.info is not None and result.info.compacted_count > 0
+    assert result.info is not None
+    assert result.info.compacted_count > 0
     valid(transcript, result.messages)
 
 
@@ -280,9 +281,11 @@ async def test_an_image_only_newest_user_message_is_futile_and_pays_for_no_summa
     assert projected.event.futile
     assert projected.event.floor_tokens >= COUNTER.count_message(image)
     recovered = await engine.recover_overflow(transcript, "prompt is too long")
-    assert recovered.event is not None and recovered.event.futile
+    assert recovered.event is not None
+    assert recovered.event.futile
     assert summarizer.calls == 0
-    assert image in projected.messages and image in recovered.messages
+    assert image in projected.messages
+    assert image in recovered.messages
 
 
 async def test_an_image_only_message_that_fits_its_share_is_not_futile() -> None:
@@ -292,7 +295,8 @@ async def test_an_image_only_message_that_fits_its_share_is_not_futile() -> None
     image = Message("user", (picture,) * 10)
     assert COUNTER.count_message(image) < engine.threshold // 2
     result = await engine.project([*turns(10), image])
-    assert result.event is not None and not result.event.futile
+    assert result.event is not None
+    assert not result.event.futile
     assert result.usage.fits
 
 
