@@ -38,6 +38,7 @@ from context_engine.messages import Message
 from context_engine.meter import Meter
 from context_engine.overflow import is_context_overflow
 from context_engine.pipeline import BREAKER_OPEN, Outcome, run_forced, run_pipeline, run_unarchived
+from context_engine.recovery import recovery_strategies
 from context_engine.redact import Redactor
 from context_engine.results import CompactResult, Projection, RecoveryResult
 from context_engine.session import Remembered, Session
@@ -401,6 +402,9 @@ class ContextEngine:
         # Finish the job with the strategies that did not run yet, so the view fits.
         ran = {step.name for step in forced.steps}
         rest = [s for s in self._strategies if not s.uses_llm or s.name not in ran]
+        if call.operation == "recover_overflow":
+            # Its view is committed: what a truncation drops is folded into the checkpoint.
+            rest = recovery_strategies(rest, self._strategies, summary_failed=forced.llm_failed)
         more = await run_pipeline(
             call, rest, forced.view, call.budget.with_tokens(forced.tokens), on_strategy
         )

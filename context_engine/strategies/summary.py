@@ -159,23 +159,24 @@ class FullSummary:
             return StrategyResult.unchanged(view)
         previous_index = leading_checkpoint(view, shape)
         previous = view[previous_index] if previous_index >= 0 else None
-        history = strip_images([view[i] for i in cut.history])
-        prefix = strip_images([view[i] for i in cut.turn_prefix])
+        history = tuple(view[i] for i in cut.history)
+        prefix = tuple(view[i] for i in cut.turn_prefix)
         if not history and not prefix:
             return StrategyResult.unchanged(view)
-        call = self._summary_call(budget, instructions)
-        problem = call.window_problem()
+        problem = self._summary_call(budget, instructions).window_problem()
         if problem is not None:
             # Recorded as a no-op so the pipeline's next strategy still runs.
             return StrategyResult.unchanged(view, error=problem)
-        text = await self._write(call, history, prefix, previous)
         removal = Removal("messages", replaced_messages(view, cut))
-        # Its own range only: the previous checkpoint is among those originals.
-        references = (removal.reference,) if budget.archiving else ()
-        checkpoint = self._checkpoint(text, history + prefix, previous, budget, references)
-        limit = max(1, int(self.max_checkpoint_share * budget.threshold))
-        condense = _condense_by_part(call, budget.counter)
-        checkpoint = await bound_checkpoint(checkpoint, limit, budget.counter, condense)
+        checkpoint = await self.write_checkpoint(
+            history,
+            prefix,
+            previous,
+            budget,
+            removal,
+            limit=self.checkpoint_limit(budget.threshold),
+            instructions=instructions,
+        )
         compacted = rebuild_view(view, cut, checkpoint)
         compacted = await self._run_hooks(compacted, cut, budget, checkpoint, started)
         after = budget.measure(compacted)
@@ -191,6 +192,40 @@ class FullSummary:
             info=info,
             removed=(removal,),
         )
+
+    def checkpoint_limit(self, threshold: int) -> int:
+        """The most tokens a checkpoint may take under ``threshold``."""
+        return max(1, int(self.max_checkpoint_share * threshold))
+
+    async def write_checkpoint(
+        self,
+        history: Sequence[Message],
+        prefix: Sequence[Message],
+        previous: Message | None,
+        budget: Budget,
+        removal: Removal,
+        *,
+        limit: int,
+        instructions: str | None = None,
+    ) -> ContextSummary:
+        """The checkpoint replacing ``removal``'s originals, at most ``limit`` tokens.
+
+        ``history`` (whole turns) and ``prefix`` (the current request's early
+        part) are summarized, updating ``previous`` (the checkpoint they
+        follow, or None); files are tracked and merged with its lists; with
+        an archive the checkpoint names ``removal``'s reference (its own
+        range only: the previous checkpoint is among those originals).
+
+        Raises:
+            SummarizerError: the summarizer failed, or its window cannot hold a chunk.
+        """
+        history, prefix = strip_images(history), strip_images(prefix)
+        call = self._summary_call(budget, instructions)
+        text = await self._write(call, history, prefix, previous)
+        references = (removal.reference,) if budget.archiving else ()
+        checkpoint = self._checkpoint(text, history + prefix, previous, budget, references)
+        condense = _condense_by_part(call, budget.counter)
+        return await bound_checkpoint(checkpoint, limit, budget.counter, condense)
 
     def _summary_call(self, budget: Budget, instructions: str | None) -> SummaryCall:
         window = self.summarizer_window or budget.window

@@ -18,7 +18,7 @@ import regex
 from context_engine._validate import int_at_least
 from context_engine.errors import ConfigurationError
 from context_engine.messages import ContextSummary, Message, ToolCall
-from context_engine.structure import is_user_message
+from context_engine.structure import TRUNCATION_KEY, is_user_message
 from context_engine.summarize.files import (
     DEFAULT_FILE_TOOLS,
     FileToolRule,
@@ -338,6 +338,15 @@ def _next_steps(messages: Sequence[Message], chars: int) -> list[str]:
     return _dedupe(items)
 
 
+def _conversation(messages: Sequence[Message]) -> list[Message]:
+    """What was said: no checkpoint (read back apart) and no truncation marker.
+
+    A marker is a user-role message the engine wrote; taken for a request it
+    would become the checkpoint's goal.
+    """
+    return [m for m in messages if not m.is_summary and TRUNCATION_KEY not in m.metadata]
+
+
 def _previous(request: SummaryRequest) -> dict[str, list[str]]:
     texts = [request.previous_summary] if request.previous_summary else []
     texts += [m.summary for m in request.messages if isinstance(m, ContextSummary)]
@@ -422,7 +431,7 @@ class ExtractiveSummarizer:
         fresh = self._extract(request.messages, turn)
         fresh[FOCUS] = [_one_line(request.instructions or "", 500)]
         keywords = _keywords([*previous.get(FOCUS, []), *fresh[FOCUS]])
-        fresh[MATCHING] = _matching([m for m in request.messages if not m.is_summary], keywords)
+        fresh[MATCHING] = _matching(_conversation(request.messages), keywords)
         earlier_read, earlier_modified = previous.get(READ, []), previous.get(MODIFIED, [])
         activity = merge(
             earlier_read, earlier_modified, track_files(request.messages, self.file_tools)
@@ -443,7 +452,7 @@ class ExtractiveSummarizer:
 
     def _extract(self, messages: Sequence[Message], turn: bool) -> dict[str, list[str]]:
         chars = self.item_chars
-        plain = [message for message in messages if not message.is_summary]
+        plain = _conversation(messages)
         users = [m.text for m in plain if is_user_message(m) and m.text.strip()]
         texts = [m.text for m in plain if m.role == "assistant" and m.text.strip()]
         commands, others = self._calls(plain)

@@ -546,7 +546,7 @@ async def test_engine_spans_are_children_of_the_model_request_span(
 async def test_an_overflow_on_the_call_that_wrote_a_checkpoint_keeps_the_checkpoint(
     counter: FixedTokenCounter,
 ) -> None:
-    """The recovery starts from the checkpoint: the retry sends it, no second summary is paid."""
+    """The recovery starts from the checkpoint: the retry sends it, with the cut folded in."""
     summarizer = RecordingSummarizer()
     engine = ContextEngine(
         20_000,
@@ -571,9 +571,14 @@ async def test_an_overflow_on_the_call_that_wrote_a_checkpoint_keeps_the_checkpo
     assert result.output == "fits now"
     first, retry = sent
     assert first[1].is_summary
-    assert retry[1].text == first[1].text  # the retry starts with that very checkpoint
+    assert retry[1].is_summary
     assert len(retry) < len(first)
     assert summaries[0] >= 1
-    assert summarizer.calls == summaries[0]  # the recovery wrote no second summary
+    # The recovery started from that checkpoint: what it still had to drop was folded
+    # into it by requests updating its text, never by summarizing its range again.
+    folds = summarizer.requests[summaries[0] :]
+    assert folds
+    assert folds[0].previous_summary
+    assert folds[0].previous_summary in first[1].summary  # type: ignore[attr-defined]
     history = from_pydantic_ai(result.all_messages())
-    assert history[1].text == first[1].text  # the run's history keeps it
+    assert history[1].text == retry[1].text  # the run's history keeps it

@@ -158,7 +158,7 @@ def tool_session() -> list[Message]:
 
 
 async def test_compact_raises_and_recover_overflow_records_the_failure_counting_nothing() -> None:
-    """/compact raises with a fitting view and no commit; recovery fits and records the error.
+    """/compact raises with a fitting view and no commit; recovery fits, digests, records the error.
 
     Neither counts toward the breaker: only `project` does.
     """
@@ -178,7 +178,11 @@ async def test_compact_raises_and_recover_overflow_records_the_failure_counting_
     steps = steps_of(recovered)
     assert steps["full_summary"].error is not None
     assert "ConnectionError" in steps["full_summary"].error
-    assert recovered.info is None  # no checkpoint was written
+    # No summary was written: the range truncation dropped went into an extractive digest.
+    assert steps["truncation_digest"].applied
+    assert "truncation_summary" not in steps  # the summarizer already failed in this call
+    assert recovered.info is not None
+    assert [m.is_summary for m in recovered.messages[1:2]] == [True]
     assert recovered.usage.fits
     valid(transcript, recovered.messages)
     assert engine.consecutive_failures == 0
