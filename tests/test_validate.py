@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import openai
 import pytest
 
 from context_engine import ConfigurationError, ContextEngine
@@ -25,11 +24,19 @@ from context_engine.archive.shared import SharedSummarizerBreaker
 from context_engine.archive.sqlite import SQLiteArchive
 from context_engine.breaker import CircuitBreaker
 from context_engine.strategies import FullSummary, LightTrim, ToolResultMicrocompact
-from context_engine.summarize.openai import OpenAISummarizer
 from context_engine.summarize.retry import RetryPolicy
 from context_engine.testing import RecordingSummarizer
+from tests.extras import needs
 
 NAN, INF = float("nan"), float("inf")
+
+
+def _openai_summarizer(**options: Any) -> object:
+    """An `OpenAISummarizer`, or a skip where the openai extra is not installed."""
+    openai = pytest.importorskip("openai", reason=needs("openai"))
+    from context_engine.summarize.openai import OpenAISummarizer
+
+    return OpenAISummarizer(openai.AsyncOpenAI(api_key="k"), "m", **options)
 
 
 @attrs.frozen(kw_only=True)
@@ -128,7 +135,7 @@ FLOAT_SETTINGS: list[tuple[str, Callable[[float], object]]] = [
     ("redis-ttl", lambda v: RedisArchive("redis://127.0.0.1:6390/0", ttl=v)),
     (
         "openai-temperature",
-        lambda v: OpenAISummarizer(openai.AsyncOpenAI(api_key="k"), "m", temperature=v),
+        lambda v: _openai_summarizer(temperature=v),
     ),
 ]
 

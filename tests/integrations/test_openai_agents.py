@@ -426,6 +426,7 @@ async def test_session_stores_the_commit_and_compact_command_compacts_it() -> No
     await session.clear_session()
     assert await session.get_items() == []
     assert harness.input_filter.commit is None
+    inner.close()
 
 
 async def test_persist_commit_leaves_a_history_it_does_not_stand_for() -> None:
@@ -444,6 +445,7 @@ async def test_persist_commit_leaves_a_history_it_does_not_stand_for() -> None:
 
     assert await session.persist_commit() is False
     assert await other.get_items() == [{"role": "user", "content": "unrelated"}]
+    other.close()
 
 
 # ------------------------------------------------------------------- edge cases
