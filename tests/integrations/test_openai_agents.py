@@ -32,15 +32,20 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from context_engine import ContextEngine, ContextSummary, Message, Summarizer, ToolCall, Usage
 from context_engine.errors import ConfigurationError
 from context_engine.formats.openai_agents import from_openai_agents, to_openai_agents
-from context_engine.integrations._openai_agents_state import Commit, MessageCache
+from context_engine.integrations._openai_agents_state import (
+    Commit,
+    Commits,
+    MessageCache,
+    MessageCaches,
+)
 from context_engine.integrations.openai_agents import (
     ContextEngineInputFilter,
     ContextEngineModel,
     ContextEngineSession,
 )
 from context_engine.invariants import check_view
-from context_engine.summarize.extractive import ExtractiveSummarizer
 from context_engine.strategies import FullSummary, HardTruncate
+from context_engine.summarize.extractive import ExtractiveSummarizer
 from context_engine.testing import FixedTokenCounter, RecordingSummarizer, synthetic_session
 from context_engine.tokens import REQUEST_OVERHEAD_TOKENS
 from tests.provider_errors import openai_status_error
@@ -405,6 +410,35 @@ async def test_an_overflow_nothing_can_be_cut_for_surfaces_without_a_retry() -> 
     assert len(model.calls) == 1
 
 
+async def test_recover_around_a_call_of_ones_own_model_retries_once() -> None:
+    """``recover`` without ``ContextEngineModel``: a shorter input once, then None."""
+    harness = make_harness(window=2000, reserve=500)
+    items: list[Any] = [{"role": "user", "content": "Fix it."}]
+    for n in range(12):
+        items.append(
+            {"type": "function_call", "call_id": f"c{n}", "name": "read_file", "arguments": "{}"}
+        )
+        items.append({"type": "function_call_output", "call_id": f"c{n}", "output": "x" * 100})
+    sent = await harness.input_filter(call_data(items))
+    assert sent.input == items  # under the threshold: sent as it is
+
+    retry = await harness.input_filter.recover(
+        overflow(), input=sent.input, instructions=INSTRUCTIONS
+    )
+
+    assert retry is not None
+    assert len(retry.input) < len(items)
+    assert retry.instructions == INSTRUCTIONS
+    assert len(harness.recoveries) == 1
+    again = await harness.input_filter.recover(
+        overflow(), input=retry.input, instructions=INSTRUCTIONS
+    )
+    assert again is None  # the retry's own overflow surfaces
+    assert len(harness.recoveries) == 1
+    later = await harness.input_filter(call_data([*items, {"role": "user", "content": "next"}]))
+    assert later.input[: len(retry.input)] == retry.input  # the recovery was committed
+
+
 async def test_other_errors_pass_through_without_recovery() -> None:
     """A rate limit on tokens per minute is not an overflow: no recovery, no retry."""
     harness = make_harness()
@@ -674,6 +708,38 @@ def test_commit_applies_only_to_the_history_it_stands_for() -> None:
     assert commit.apply((*source, Message.user("c"))) == (commit.messages[0], Message.user("c"))
     assert commit.apply((Message.user("x"), Message.assistant("b"))) is None
     assert commit.apply(source[:1]) is None
+
+
+def test_commits_are_kept_per_conversation() -> None:
+    """A newer commit replaces its conversation's; another conversation's history leaves it."""
+    parent = (Message.user("fix the parser"), Message.assistant("reading"), Message.user("go"))
+    first = Commit(parent[:2], (ContextSummary(summary="parser"),))
+    commits = Commits()
+    commits.add(first)
+    sub_agent = (Message.user("check the lexer"),)
+    assert commits.find(sub_agent) is None
+    commits.add(Commit(sub_agent, (ContextSummary(summary="lexer"),)))
+    assert commits.find(parent) is first  # the sub-agent's commit did not displace it
+    assert commits.latest is first
+    newer = Commit(parent, (ContextSummary(summary="parser, later"),))
+    commits.add(newer)
+    assert commits.find((*parent, Message.assistant("done"))) is newer
+    assert commits.find(parent[:2]) is None  # the older commit of the parent is gone
+    assert commits.find(sub_agent) is not None
+
+
+def test_caches_keep_each_conversation_apart() -> None:
+    """A sub-agent's fresh items get a cache of their own; the parent's messages stay."""
+    caches = MessageCaches()
+    parent = [{"role": "user", "content": "fix it"}, {"role": "assistant", "content": "ok"}]
+    cache = caches.for_items(parent)
+    before = cache.convert(parent)
+    sub_agent = [{"role": "user", "content": "check the lexer"}]
+    assert caches.for_items(sub_agent) is not cache
+    caches.for_items(sub_agent).convert(sub_agent)
+    longer = [*parent, {"role": "user", "content": "and the cli"}]
+    assert caches.for_items(longer) is cache
+    assert cache.convert(longer)[0] is before[0]
 
 
 def test_apply_commit_without_a_commit_copies_the_items() -> None:
