@@ -439,6 +439,29 @@ async def test_recover_around_a_call_of_ones_own_model_retries_once() -> None:
     assert later.input[: len(retry.input)] == retry.input  # the recovery was committed
 
 
+async def test_recover_for_a_call_the_filter_did_not_see_starts_its_turn() -> None:
+    """A model called without the filter in the run config: the recovery still applies once."""
+    harness = make_harness(window=2000, reserve=500)
+    items: list[Any] = [{"role": "user", "content": "Fix it."}]
+    for n in range(12):
+        items.append(
+            {"type": "function_call", "call_id": f"c{n}", "name": "read_file", "arguments": "{}"}
+        )
+        items.append({"type": "function_call_output", "call_id": f"c{n}", "output": "x" * 100})
+
+    retry = await harness.input_filter.recover(overflow(), input=items, instructions=None)
+
+    assert retry is not None
+    assert len(retry.input) < len(items)
+    assert len(harness.recoveries) == 1
+    assert (
+        await harness.input_filter.recover(overflow(), input=retry.input, instructions=None) is None
+    )
+    limit = openai_status_error(429, "Rate limit reached: tokens per min (TPM): 30000")
+    assert await harness.input_filter.recover(limit, input=items, instructions=None) is None
+    assert len(harness.recoveries) == 1
+
+
 async def test_other_errors_pass_through_without_recovery() -> None:
     """A rate limit on tokens per minute is not an overflow: no recovery, no retry."""
     harness = make_harness()
