@@ -1,7 +1,14 @@
-"""Pure state of the OpenAI Agents SDK adapter: conversion cache, usage memory, commits.
+"""Pure state of the OpenAI Agents SDK adapter: conversion caches, usage memory, commits.
 
 Synchronous and free of I/O, so `context_engine.integrations.openai_agents`
 stays a thin layer and these decisions are testable without an event loop.
+
+One filter serves every conversation that runs under its ``RunConfig``: the
+parent agent's, and a fresh one for each sub-agent run through ``Agent.as_tool``
+(which inherits the parent's run config). So conversion caches and commits are
+kept per conversation, and a conversation is recognised by its history: items
+that start like a cache's last items reuse that cache, and a commit applies to
+the histories that start with the history it stands for.
 """
 
 from __future__ import annotations
@@ -16,9 +23,10 @@ import attrs
 from context_engine.formats.openai_agents import group_items, message_from_openai_agents
 from context_engine.messages import Message, Usage
 
-__all__ = ["Commit", "MessageCache", "shared_items"]
+__all__ = ["Commit", "Commits", "MessageCache", "MessageCaches", "UsageMemory", "shared_items"]
 
 _USAGE_MEMORY = 32  # responses whose usage is kept; only the newest anchors the estimate
+_CONVERSATIONS = 16  # conversations (parent, sub-agent runs) whose cache and commit are kept
 
 
 def shared_items(previous: Sequence[Any], items: Sequence[Any]) -> int:
@@ -42,11 +50,16 @@ class MessageCache:
     caches hit and its prefix checks succeed on identity, without comparing content.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, usage: UsageMemory | None = None) -> None:
         self._items: list[Any] = []
         self._runs: list[tuple[int, Message]] = []  # (end item index, message)
         self._spans: dict[int, tuple[Message, int, int]] = {}
-        self._usage: OrderedDict[str, Usage] = OrderedDict()
+        self._usage = usage if usage is not None else UsageMemory()
+
+    @property
+    def items(self) -> list[Any]:
+        """The items of the last conversion."""
+        return self._items
 
     def convert(self, items: list[Any]) -> tuple[Message, ...]:
         """The messages of ``items``, converting only what the last list did not hold."""
@@ -82,17 +95,65 @@ class MessageCache:
 
     def remember_usage(self, items: Sequence[Any], usage: Usage) -> None:
         """Attach ``usage`` to the message that will end with the last of ``items``."""
+        self._usage.remember(items, usage)
+
+    def _with_usage(self, message: Message, last_item: Any) -> Message:
+        if message.role != "assistant" or message.usage is not None:
+            return message
+        usage = self._usage.of(last_item)
+        return message if usage is None else attrs.evolve(message, usage=usage)
+
+
+class UsageMemory:
+    """The usage of the latest responses, keyed by each response's last output item."""
+
+    def __init__(self) -> None:
+        self._usage: OrderedDict[str, Usage] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._usage)
+
+    def remember(self, items: Sequence[Any], usage: Usage) -> None:
+        """Attach ``usage`` to the message that will end with the last of ``items``."""
         if not items or usage.input_tokens <= 0:
             return
         self._usage[_digest(items[-1])] = usage
         while len(self._usage) > _USAGE_MEMORY:
             self._usage.popitem(last=False)
 
-    def _with_usage(self, message: Message, last_item: Any) -> Message:
-        if message.role != "assistant" or message.usage is not None or not self._usage:
-            return message
-        usage = self._usage.get(_digest(last_item))
-        return message if usage is None else attrs.evolve(message, usage=usage)
+    def of(self, last_item: Any) -> Usage | None:
+        """The usage of the response whose output ended with ``last_item``, if remembered."""
+        return self._usage.get(_digest(last_item)) if self._usage else None
+
+
+class MessageCaches:
+    """One `MessageCache` per conversation, sharing one `UsageMemory`.
+
+    Items that share a leading item with a cache's last items go to that cache
+    (the longest shared start wins); others start a cache of their own, so a
+    sub-agent's run does not throw away the conversion of its parent's history.
+    """
+
+    def __init__(self, size: int = _CONVERSATIONS) -> None:
+        self.usage = UsageMemory()
+        self._size = size
+        self._caches: list[MessageCache] = []  # most recently used last
+
+    def for_items(self, items: Sequence[Any]) -> MessageCache:
+        """The cache to convert ``items`` with."""
+        best: MessageCache | None = None
+        best_shared = 0
+        for cache in self._caches:
+            shared = shared_items(cache.items, items)
+            if shared > best_shared:
+                best, best_shared = cache, shared
+        if best is None:
+            best = MessageCache(self.usage)
+        else:
+            self._caches.remove(best)
+        self._caches.append(best)
+        del self._caches[: -self._size]
+        return best
 
 
 @attrs.frozen
@@ -102,9 +163,52 @@ class Commit:
     source: tuple[Message, ...]
     messages: tuple[Message, ...]
 
+    def covers(self, transcript: tuple[Message, ...]) -> bool:
+        """Whether ``transcript`` starts with the history the commit stands for."""
+        known = len(self.source)
+        return len(transcript) >= known and transcript[:known] == self.source
+
     def apply(self, transcript: tuple[Message, ...]) -> tuple[Message, ...] | None:
         """``transcript`` with the commit in place of its source; None if it does not start so."""
-        known = len(self.source)
-        if len(transcript) < known or transcript[:known] != self.source:
+        if not self.covers(transcript):
             return None
-        return self.messages + transcript[known:]
+        return self.messages + transcript[len(self.source) :]
+
+
+class Commits:
+    """The commits of the conversations a filter serves, one per conversation.
+
+    A commit belongs to the conversation whose histories start with its
+    source. A newer commit of the same conversation (its source starts with an
+    older one's) replaces that one; a history no commit stands for (a
+    sub-agent's fresh input, another conversation) leaves every commit as it is.
+    """
+
+    def __init__(self, size: int = _CONVERSATIONS) -> None:
+        self._size = size
+        self._commits: list[Commit] = []  # most recently made or applied last
+
+    @property
+    def latest(self) -> Commit | None:
+        """The commit made or applied last, or None."""
+        return self._commits[-1] if self._commits else None
+
+    def find(self, transcript: tuple[Message, ...]) -> Commit | None:
+        """The commit ``transcript`` starts with the source of (the longest), or None."""
+        found = [c for c in self._commits if c.covers(transcript)]
+        if not found:
+            return None
+        commit = max(found, key=lambda c: len(c.source))
+        self._commits.remove(commit)
+        self._commits.append(commit)
+        return commit
+
+    def add(self, commit: Commit) -> None:
+        """Keep ``commit``, in place of the older commits of its conversation."""
+        self._commits = [c for c in self._commits if not c.covers(commit.source)]
+        self._commits.append(commit)
+        del self._commits[: -self._size]
+
+    def clear(self) -> None:
+        """Forget every commit."""
+        self._commits = []

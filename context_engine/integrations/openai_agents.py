@@ -4,18 +4,22 @@ Install with ``pip install 'context-engine[openai-agents]'``. Three pieces; the
 first is the adapter, the other two are optional:
 
 * `ContextEngineInputFilter` is a ``RunConfig(call_model_input_filter=...)``.
-  Before every model call it converts the run's input items, lets the engine
-  project them (the agent's instructions counted as the leading system
-  message) and gives the model the view. The SDK keeps its own history (the
-  run's input and generated items, or a ``Session``) and a filter cannot change
-  it, so the filter remembers each commit and puts it in place of the history
-  it stands for on every later call, in this run and in later runs that
-  continue the same history.
-* `ContextEngineModel` wraps the agent's ``Model``: when the provider rejects
-  the prompt as too long, the engine recovers (`ContextEngine.recover_overflow`,
-  committed like any commit) and the call is retried once; a second overflow
-  surfaces. It also passes each response's usage to the filter, which anchors
-  the engine's token estimate.
+  Before every model call it converts the run's input items and starts the
+  call's turn (`context_engine.turn`): the engine projects them (the agent's
+  instructions counted as the leading system message) and the model gets the
+  view. The SDK keeps its own history (the run's input and generated items, or
+  a ``Session``) and a filter cannot change it, so the filter remembers each
+  commit and puts it in place of the history it stands for on every later
+  call, in this run and in later runs that continue the same history. Every
+  conversation under the run config keeps its own commit: a sub-agent run
+  through ``Agent.as_tool`` (fresh input, the parent's run config) neither
+  drops nor re-summarizes the parent's.
+* `ContextEngineModel` wraps the agent's ``Model`` and resumes the turn when
+  the provider rejects the prompt as too long: the engine recovers from the
+  history as committed so far (a checkpoint the rejected call's own projection
+  wrote included), the recovery is committed, and the call is retried once; a
+  second overflow surfaces. It also passes each response's usage to the filter,
+  which anchors the engine's token estimate.
 * `ContextEngineSession` wraps a ``Session``: the stored history takes the
   filter's commit at the start of the next run, and `ContextEngineSession.compact`
   is what a ``/compact`` command maps to.
@@ -28,9 +32,9 @@ OpenTelemetry span is current around ``Runner.run``.
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections import deque
+from collections.abc import AsyncIterator, Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -42,10 +46,16 @@ from context_engine.formats.openai_agents import (
     to_openai_agents,
     usage_from_openai_agents,
 )
-from context_engine.integrations._openai_agents_state import Commit, MessageCache
+from context_engine.integrations._openai_agents_state import (
+    Commit,
+    Commits,
+    MessageCache,
+    MessageCaches,
+)
 from context_engine.messages import Message
 from context_engine.overflow import is_context_overflow
-from context_engine.results import CompactResult, Projection, RecoveryResult
+from context_engine.results import CompactResult
+from context_engine.turn import ModelCallStep, TurnResult, TurnStep, advance_turn, turn_flow
 
 try:
     from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
@@ -53,6 +63,7 @@ try:
     from agents.models.interface import Model
     from agents.run_config import CallModelData, ModelInputData
     from agents.tracing import custom_span
+    from agents.tracing.spans import NoOpSpan
     from agents.usage import Usage as AgentsUsage
 except ImportError as exc:  # pragma: no cover - exercised by a test that hides the package
     raise ImportError(
@@ -68,18 +79,34 @@ __all__ = ["ContextEngineInputFilter", "ContextEngineModel", "ContextEngineSessi
 
 logger = logging.getLogger(__name__)
 
-_Result = Projection | RecoveryResult
+_PENDING_TURNS = 16  # model calls in flight at once (parallel sub-agents) whose turn is kept
 
 
 @attrs.frozen
 class _Prepared:
     """One call's input as the engine sees it."""
 
-    transcript: tuple[Message, ...]
-    head: Message | None
-    messages: tuple[Message, ...]
+    transcript: tuple[Message, ...]  # the SDK's history, converted
+    head: Message | None  # the instructions, as the leading system message
+    messages: tuple[Message, ...]  # the turn's transcript: head, commit applied
     instructions: str | None
-    sent: list[Any] = attrs.field(factory=list, eq=False)
+    cache: MessageCache = attrs.field(eq=False, repr=False)
+
+
+@attrs.define(eq=False)
+class _Turn:
+    """One model call's `turn_flow`, waiting at its model call between the filter and the model."""
+
+    prepared: _Prepared
+    flow: Generator[TurnStep, Any, TurnResult[Any]]
+    sent: list[Any] = attrs.field(factory=list)  # the items the model is sent
+
+    def sends(self, items: Any, instructions: str | None) -> bool:
+        return self.prepared.instructions == instructions and self.sent == items
+
+    def data(self) -> ModelInputData:
+        """What the model is sent."""
+        return ModelInputData(input=self.sent, instructions=self.prepared.instructions)
 
 
 def _without_head(messages: Sequence[Message], head: Message | None) -> tuple[Message, ...]:
@@ -88,16 +115,18 @@ def _without_head(messages: Sequence[Message], head: Message | None) -> tuple[Me
     return tuple(messages)
 
 
-def _describe(span: Any, result: _Result) -> None:
-    """Record what the engine did on the SDK's custom span."""
-    event = result.event
+def _describe(span: Any, engine: ContextEngine, step: ModelCallStep) -> None:
+    """Record what the engine did on the SDK's custom span (when tracing records it)."""
+    if isinstance(span, NoOpSpan):
+        return
+    snapshot = engine.snapshot()
     span.span_data.data.update(
         {
-            "tokens": result.usage.tokens,
-            "threshold": result.usage.threshold,
-            "changed": result.changed,
-            "strategy": result.strategy,
-            "committed": bool(event is not None and event.committed),
+            "tokens": snapshot.usage.tokens if snapshot is not None else 0,
+            "threshold": engine.threshold,
+            "changed": step.changed,
+            "strategy": snapshot.last_strategy if snapshot is not None and step.changed else None,
+            "committed": step.commit is not None,
         }
     )
 
@@ -107,6 +136,9 @@ class ContextEngineInputFilter:
 
     Pass it as ``RunConfig(call_model_input_filter=ContextEngineInputFilter(engine))``.
     Use one filter and one engine per conversation: both remember the last view.
+    Sub-agents run with ``Agent.as_tool`` under the same run config share them;
+    the filter tells their conversations apart by their histories and keeps a
+    commit for each.
 
     Args:
         engine: The engine that decides what each model call sees.
@@ -119,21 +151,22 @@ class ContextEngineInputFilter:
                 "build one with ContextEngine.default(context_window=..., summarizer=...)"
             )
         self.engine = engine
-        self._converter = MessageCache()
-        self._committed: Commit | None = None
+        self._caches = MessageCaches()
+        self._commits = Commits()
         self._head: Message | None = None
-        self._last: _Prepared | None = None
+        self._turns: deque[_Turn] = deque(maxlen=_PENDING_TURNS)
 
     @property
     def commit(self) -> tuple[Message, ...] | None:
-        """The committed view (checkpoint, kept messages) standing for the history's start."""
-        return self._committed.messages if self._committed is not None else None
+        """The commit made or applied last: a checkpoint and the messages kept after it."""
+        latest = self._commits.latest
+        return latest.messages if latest is not None else None
 
     async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
         """Project the input of one model call; the SDK calls this before every call."""
         model_data = data.model_data
-        prepared = self._prepare(model_data.input, model_data.instructions)
-        return (await self._run("project", prepared, self.engine.project))[0]
+        turn = await self._start(self._prepare(model_data.input, model_data.instructions))
+        return turn.data()
 
     async def recover(
         self,
@@ -144,8 +177,12 @@ class ContextEngineInputFilter:
     ) -> ModelInputData | None:
         """Shrink the input a model call was rejected for as too long.
 
-        The recovery is committed: later calls start from it. `ContextEngineModel`
-        calls this; call it yourself around your own model calls.
+        The call's turn goes on (`context_engine.turn`): the engine recovers
+        from the history as committed so far, a checkpoint the call's own
+        projection wrote included, and the recovery is committed: later calls
+        start from it. Once per call: asked again for the retry's input, it
+        answers None. `ContextEngineModel` calls this; call it yourself around
+        your own model calls.
 
         Args:
             error: The provider's context-length error.
@@ -153,23 +190,31 @@ class ContextEngineInputFilter:
             instructions: Its system instructions.
 
         Returns:
-            The input to retry with, or None when nothing could be shrunk (the
-            error should surface).
+            The input to retry with, or None when the error should surface (it
+            is not a context-length error, nothing could be shrunk, or it is
+            the retry's own overflow).
         """
-        last = self._last
-        if last is not None and last.instructions == instructions and last.sent == input:
-            # Recover from the history as committed so far (the turn policy): a checkpoint
-            # the rejected call's own projection wrote is the start, never thrown away.
-            applied = self._committed.apply(last.transcript) if self._committed else None
-            prepared = last
-            if applied is not None:
-                head = (last.head,) if last.head is not None else ()
-                prepared = attrs.evolve(last, messages=(*head, *applied))
-        else:
-            prepared = self._prepare(input, instructions)
-        recover = functools.partial(self.engine.recover_overflow, error=error)
-        retry, changed = await self._run("recover_overflow", prepared, recover)
-        return retry if changed else None
+        if not isinstance(error, Exception) or not is_context_overflow(error):
+            return None
+        turn = self._take_turn(input, instructions)
+        if turn is None:
+            # A call the filter did not prepare (no filter in the run config): its turn starts now.
+            turn = await self._start(self._prepare(input, instructions))
+            self._turns.remove(turn)
+        with custom_span("context_engine.recover_overflow") as span:
+            try:
+                step = await advance_turn(self.engine, turn.flow, error)
+            except Exception as raised:
+                if raised is error:
+                    return None
+                raise
+            assert isinstance(step, ModelCallStep)  # the flow returns only after a model answer
+            _describe(span, self.engine, step)
+        logger.warning(
+            "error=<%s> | the model rejected the prompt as too long; retrying once",
+            type(error).__name__,
+        )
+        return self._send(turn, step).data()
 
     def remember_usage(self, output_items: Sequence[Any], usage: Any) -> None:
         """Record the usage a model response reported, to anchor the next estimates.
@@ -180,10 +225,10 @@ class ContextEngineInputFilter:
             usage: ``ModelResponse.usage`` or a Responses ``ResponseUsage``.
         """
         if usage is not None:
-            self._converter.remember_usage(output_items, usage_from_openai_agents(usage))
+            self._caches.usage.remember(output_items, usage_from_openai_agents(usage))
 
     def apply_commit(self, items: Sequence[TResponseInputItem]) -> list[TResponseInputItem]:
-        """``items`` with the last commit in place of the history it stands for.
+        """``items`` with the commit of their conversation in place of the history it stands for.
 
         Use it to store a conversation's history after a run (``result.to_input_list()``)
         in its committed form; a copy of ``items`` when no commit applies.
@@ -192,59 +237,65 @@ class ContextEngineInputFilter:
         return committed if committed is not None else list(items)
 
     def reset(self) -> None:
-        """Forget the commit and the conversion cache (a new conversation starts)."""
-        self._converter = MessageCache()
-        self._committed = None
-        self._last = None
+        """Forget every commit, pending turn and conversion cache (new conversations start)."""
+        self._caches = MessageCaches()
+        self._commits.clear()
+        self._turns.clear()
 
     def _committed_items(self, items: Sequence[Any]) -> list[TResponseInputItem] | None:
-        commit = self._committed
+        listed = list(items)
+        cache = self._caches.for_items(listed)
+        commit = self._commits.find(cache.convert(listed))
         if commit is None:
             return None
-        listed = list(items)
-        if commit.apply(self._converter.convert(listed)) is None:
-            return None
-        covered = self._converter.item_count(len(commit.source))
-        return [*self._write(commit.messages), *listed[covered:]]
+        covered = cache.item_count(len(commit.source))
+        return [*self._write(cache, commit.messages), *listed[covered:]]
 
     def _prepare(self, items: str | Sequence[Any], instructions: str | None) -> _Prepared:
         listed = [{"role": "user", "content": items}] if isinstance(items, str) else list(items)
-        transcript = self._converter.convert(listed)
-        effective = transcript
-        if self._committed is not None:
-            applied = self._committed.apply(transcript)
-            if applied is None:
-                logger.debug("history no longer starts with the committed part | commit dropped")
-                self._committed = None
-            else:
-                effective = applied
+        cache = self._caches.for_items(listed)
+        transcript = cache.convert(listed)
+        commit = self._commits.find(transcript)
+        effective = commit.apply(transcript) if commit is not None else None
         head = self._head
         if instructions and (head is None or head.text != instructions):
             head = self._head = Message.system(instructions)
         head = head if instructions else None
-        messages = (head, *effective) if head is not None else effective
-        return _Prepared(transcript, head, messages, instructions)
+        body = effective if effective is not None else transcript
+        messages = (head, *body) if head is not None else body
+        return _Prepared(transcript, head, messages, instructions, cache)
 
-    async def _run(
-        self,
-        operation: str,
-        prepared: _Prepared,
-        call: Callable[[tuple[Message, ...]], Awaitable[_Result]],
-    ) -> tuple[ModelInputData, bool]:
-        with custom_span(f"context_engine.{operation}") as span:
-            result = await call(prepared.messages)
-            _describe(span, result)
-        if result.commit is not None:
-            kept = _without_head(result.commit, prepared.head)
-            self._committed = Commit(prepared.transcript, kept)
-        items = self._write(_without_head(result.messages, prepared.head))
-        self._last = attrs.evolve(prepared, sent=items)
-        return ModelInputData(input=items, instructions=prepared.instructions), result.changed
+    async def _start(self, prepared: _Prepared) -> _Turn:
+        """Start the call's turn: project, commit what the engine says to, and send the view."""
+        flow = turn_flow(prepared.messages, compact_command=False)
+        with custom_span("context_engine.project") as span:
+            step = await advance_turn(self.engine, flow)
+            assert isinstance(step, ModelCallStep)  # without /compact the flow waits for the model
+            _describe(span, self.engine, step)
+        return self._send(_Turn(prepared, flow), step)
 
-    def _write(self, messages: Sequence[Message]) -> list[TResponseInputItem]:
+    def _send(self, turn: _Turn, step: ModelCallStep) -> _Turn:
+        """Keep the step's commit, and the turn until its model call is answered."""
+        prepared = turn.prepared
+        if step.commit is not None:
+            kept = _without_head(step.commit, prepared.head)
+            self._commits.add(Commit(prepared.transcript, kept))
+        turn.sent = self._write(prepared.cache, _without_head(step.messages, prepared.head))
+        self._turns.append(turn)
+        return turn
+
+    def _take_turn(self, items: Any, instructions: str | None) -> _Turn | None:
+        """The pending turn whose model call was sent ``items``, no longer pending; or None."""
+        for turn in reversed(self._turns):
+            if turn.sends(items, instructions):
+                self._turns.remove(turn)
+                return turn
+        return None
+
+    def _write(self, cache: MessageCache, messages: Sequence[Message]) -> list[TResponseInputItem]:
         items: list[TResponseInputItem] = []
         for message in messages:
-            original = self._converter.items_of(message)
+            original = cache.items_of(message)
             if original is None or any("usage" in item for item in original):
                 items.extend(to_openai_agents([message]))
             else:
@@ -256,11 +307,12 @@ class ContextEngineModel(Model):
     """A ``Model`` that recovers once from a context-length error.
 
     Use it as the agent's model (``Agent(model=ContextEngineModel(model, input_filter))``).
-    On an overflow error from ``model`` (`is_context_overflow`) the filter's
-    engine recovers and the call is retried once with the recovered input; a
-    second overflow, an overflow nothing could be cut for, and every other
-    error surface unchanged. A streamed call is retried only when the error
-    came before its first event. Each response's usage goes to the filter.
+    On an overflow error from ``model`` (`is_context_overflow`) the filter
+    resumes the call's turn: the engine recovers from the history as committed
+    so far and the call is retried once with the recovered input; a second
+    overflow, an overflow nothing could be cut for, and every other error
+    surface unchanged. A streamed call is retried only when the error came
+    before its first event. Each response's usage goes to the filter.
 
     Args:
         model: The model to call, e.g. ``OpenAIResponsesModel(...)``.
@@ -283,22 +335,20 @@ class ContextEngineModel(Model):
         The other arguments (settings, tools, handoffs, tracing, ...) go to the
         wrapped model as given.
         """
-
-        def call(
-            instructions: str | None, items: str | list[TResponseInputItem]
-        ) -> Awaitable[ModelResponse]:
-            return self.model.get_response(instructions, items, *args, **kwargs)
-
+        instructions, items = system_instructions, input
         try:
-            response = await call(system_instructions, input)
+            response = await self.model.get_response(instructions, items, *args, **kwargs)
         except Exception as error:
-            retry = await self._recover(error, input, system_instructions)
+            retry = await self.input_filter.recover(error, input=items, instructions=instructions)
             if retry is None:
                 raise
+            instructions, items = retry.instructions, retry.input
+            try:
+                response = await self.model.get_response(instructions, items, *args, **kwargs)
+            finally:
+                self.input_filter._take_turn(items, instructions)  # the one retry was made
         else:
-            self.input_filter.remember_usage(response.to_input_items(), response.usage)
-            return response
-        response = await call(retry.instructions, retry.input)
+            self.input_filter._take_turn(items, instructions)
         self.input_filter.remember_usage(response.to_input_items(), response.usage)
         return response
 
@@ -310,40 +360,33 @@ class ContextEngineModel(Model):
         **kwargs: Any,
     ) -> AsyncIterator[TResponseStreamEvent]:
         """Stream the model; recover and retry once on a context-length error before any event."""
-
-        def stream(
-            instructions: str | None, items: str | list[TResponseInputItem]
-        ) -> AsyncIterator[TResponseStreamEvent]:
-            return self.model.stream_response(instructions, items, *args, **kwargs)
-
         started = False
         try:
-            async for event in stream(system_instructions, input):
+            async for event in self.model.stream_response(
+                system_instructions, input, *args, **kwargs
+            ):
                 started = True
                 self._observe(event)
                 yield event
-            return
         except Exception as error:
-            retry = None if started else await self._recover(error, input, system_instructions)
+            retry = None
+            if not started:
+                retry = await self.input_filter.recover(
+                    error, input=input, instructions=system_instructions
+                )
             if retry is None:
                 raise
-        async for event in stream(retry.instructions, retry.input):
-            self._observe(event)
-            yield event
-
-    async def _recover(
-        self, error: Exception, input: str | list[TResponseInputItem], instructions: str | None
-    ) -> ModelInputData | None:
-        """The input to retry with after ``error``, or None when the error must surface."""
-        if not is_context_overflow(error):
-            return None
-        retry = await self.input_filter.recover(error, input=input, instructions=instructions)
-        logger.warning(
-            "error=<%s> retried=<%s> | the model rejected the prompt as too long",
-            type(error).__name__,
-            retry is not None,
-        )
-        return retry
+        else:
+            self.input_filter._take_turn(input, system_instructions)
+            return
+        try:
+            async for event in self.model.stream_response(
+                retry.instructions, retry.input, *args, **kwargs
+            ):
+                self._observe(event)
+                yield event
+        finally:
+            self.input_filter._take_turn(retry.input, retry.instructions)  # the one retry was made
 
     def _observe(self, event: TResponseStreamEvent) -> None:
         if getattr(event, "type", None) != "response.completed":

@@ -29,18 +29,24 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from context_engine import ContextEngine, ContextSummary, Message, ToolCall, Usage
+from context_engine import ContextEngine, ContextSummary, Message, Summarizer, ToolCall, Usage
 from context_engine.errors import ConfigurationError
 from context_engine.formats.openai_agents import from_openai_agents, to_openai_agents
-from context_engine.integrations._openai_agents_state import Commit, MessageCache
+from context_engine.integrations._openai_agents_state import (
+    Commit,
+    Commits,
+    MessageCache,
+    MessageCaches,
+)
 from context_engine.integrations.openai_agents import (
     ContextEngineInputFilter,
     ContextEngineModel,
     ContextEngineSession,
 )
 from context_engine.invariants import check_view
+from context_engine.strategies import FullSummary, HardTruncate
 from context_engine.summarize.extractive import ExtractiveSummarizer
-from context_engine.testing import FixedTokenCounter
+from context_engine.testing import FixedTokenCounter, RecordingSummarizer, synthetic_session
 from context_engine.tokens import REQUEST_OVERHEAD_TOKENS
 from tests.provider_errors import openai_status_error
 
@@ -98,24 +104,27 @@ class Harness:
     def tokens(self, messages: list[Message]) -> int:
         return sum(self.counter.count_message(m) for m in messages) + REQUEST_OVERHEAD_TOKENS
 
+    def answer(self, call: ModelCall, text: str, *, call_id: str | None = None) -> ModelStep:
+        """The answer to ``call``: ``text``, a read_file call unless ``call_id`` is None, usage."""
+        output = [assistant_message(text, item_id=f"msg_{call_id or 'final'}")]
+        if call_id is not None:
+            output.append(function_call("read_file", {"path": f"{call_id}.py"}, call_id=call_id))
+        prompt = self.tokens(self.view(call)) + TOOL_SCHEMA_TOKENS
+        usage = AgentsUsage(requests=1, input_tokens=prompt, output_tokens=40)
+        usage.total_tokens = prompt + 40
+        return ModelStep(output=output, usage=usage)
+
     def respond(self, text: str, *, call_id: str | None = None) -> ModelStep:
-        """A scripted step: ``text``, a read_file call unless ``call_id`` is None, and usage."""
-
-        def answer(call: ModelCall) -> ModelStep:
-            output = [assistant_message(text, item_id=f"msg_{call_id or 'final'}")]
-            if call_id is not None:
-                output.append(
-                    function_call("read_file", {"path": f"{call_id}.py"}, call_id=call_id)
-                )
-            prompt = self.tokens(self.view(call)) + TOOL_SCHEMA_TOKENS
-            usage = AgentsUsage(requests=1, input_tokens=prompt, output_tokens=40)
-            usage.total_tokens = prompt + 40
-            return ModelStep(output=output, usage=usage)
-
-        return ModelStep.respond(answer)
+        """A scripted step answering with `answer`."""
+        return ModelStep.respond(lambda call: self.answer(call, text, call_id=call_id))
 
 
-def make_harness(window: int = 3000, reserve: int | None = 600, **options: Any) -> Harness:
+def make_harness(
+    window: int = 3000,
+    reserve: int | None = 600,
+    summarizer: Summarizer | None = None,
+    **options: Any,
+) -> Harness:
     """A harness; ``options`` go to ``ContextEngine.default`` (``reserve=None``: its default)."""
     counter = FixedTokenCounter()
     harness = Harness(counter, None, None)  # type: ignore[arg-type]  # filled below
@@ -123,7 +132,7 @@ def make_harness(window: int = 3000, reserve: int | None = 600, **options: Any) 
     options.setdefault("tool_result_cap", None)
     harness.engine = ContextEngine.default(
         window,
-        summarizer=ExtractiveSummarizer(),
+        summarizer=summarizer or ExtractiveSummarizer(),
         token_counter=counter,
         reserve_tokens=reserve,
         on_project=harness.events.append,
@@ -276,6 +285,76 @@ async def test_later_runs_that_continue_the_history_start_from_the_commit() -> N
     assert isinstance(from_openai_agents(stored)[0], ContextSummary)
 
 
+# ------------------------------------------------------------------- sub-agents
+
+
+@attrs.define
+class Orchestrator:
+    """A parent agent's script: tool steps until its first checkpoint, a sub-agent, then more.
+
+    Records, for each of the parent's calls, how many summaries had been paid for.
+    """
+
+    harness: Harness
+    summarizer: RecordingSummarizer
+    delegated_at: int | None = None
+    summaries: list[int] = attrs.field(factory=list)
+
+    def answer(self, call: ModelCall) -> ModelStep:
+        index = len(self.summaries)
+        self.summaries.append(self.summarizer.calls)
+        if self.delegated_at is None and self.harness.view(call)[1].is_summary:
+            self.delegated_at = index
+            task = {"input": "Check that the lexer handles nested parentheses."}
+            return ModelStep(output=[function_call("lexer_expert", task, call_id="sub")])
+        if self.delegated_at is not None and index >= self.delegated_at + 3:
+            return ModelStep(output=[assistant_message("All checked.")])
+        text = f"Step {index}: reading module {index}, which the parser calls on nested groups."
+        return self.harness.answer(call, text, call_id=f"p{index}")
+
+
+async def test_a_sub_agent_under_the_same_run_config_keeps_the_parents_checkpoint() -> None:
+    """``Agent.as_tool``: the sub-agent's fresh input is its own conversation for the filter."""
+    summarizer = RecordingSummarizer()
+    harness = make_harness(summarizer=summarizer)
+    script = Orchestrator(harness, summarizer)
+    parent_model = ScriptedModel([ModelStep.respond(script.answer) for _ in range(60)])
+    sub_model = ScriptedModel(
+        [harness.respond("Reading the lexer.", call_id="lex"), harness.respond("Lexer is fine.")]
+    )
+    expert = Agent(
+        name="lexer_expert",
+        instructions="You review the lexer.",
+        model=ContextEngineModel(sub_model, harness.input_filter),
+        tools=[read_file],
+    )
+    parent = Agent(
+        name="coder",
+        instructions=INSTRUCTIONS,
+        model=ContextEngineModel(parent_model, harness.input_filter),
+        tools=[read_file, expert.as_tool("lexer_expert", "Reviews the lexer.")],
+    )
+
+    result = await Runner.run(parent, "Fix it.", run_config=harness.run_config(), max_turns=60)
+
+    assert result.final_output == "All checked."
+    assert script.delegated_at is not None
+    assert len(sub_model.calls) == 2  # the sub-agent ran, through the same filter
+    assert [call.input[0] for call in sub_model.calls] == [
+        {"role": "user", "content": "Check that the lexer handles nested parentheses."}
+    ] * 2
+    parent_calls = parent_model.calls
+    before, *after = parent_calls[script.delegated_at :]
+    assert len(after) == 3
+    checkpoint = harness.view(before)[1]
+    assert checkpoint.is_summary
+    for call in after:  # the parent goes on from its own checkpoint
+        assert harness.view(call)[1] == checkpoint
+    paid = script.summaries[script.delegated_at]
+    assert paid >= 1
+    assert summarizer.calls == paid  # nobody summarized the parent's history again
+
+
 # ------------------------------------------------------------------- overflow
 
 
@@ -337,6 +416,58 @@ async def test_an_overflow_nothing_can_be_cut_for_surfaces_without_a_retry() -> 
     assert len(model.calls) == 1
 
 
+async def test_recover_around_a_call_of_ones_own_model_retries_once() -> None:
+    """``recover`` without ``ContextEngineModel``: a shorter input once, then None."""
+    harness = make_harness(window=2000, reserve=500)
+    items: list[Any] = [{"role": "user", "content": "Fix it."}]
+    for n in range(12):
+        items.append(
+            {"type": "function_call", "call_id": f"c{n}", "name": "read_file", "arguments": "{}"}
+        )
+        items.append({"type": "function_call_output", "call_id": f"c{n}", "output": "x" * 100})
+    sent = await harness.input_filter(call_data(items))
+    assert sent.input == items  # under the threshold: sent as it is
+
+    retry = await harness.input_filter.recover(
+        overflow(), input=sent.input, instructions=INSTRUCTIONS
+    )
+
+    assert retry is not None
+    assert len(retry.input) < len(items)
+    assert retry.instructions == INSTRUCTIONS
+    assert len(harness.recoveries) == 1
+    again = await harness.input_filter.recover(
+        overflow(), input=retry.input, instructions=INSTRUCTIONS
+    )
+    assert again is None  # the retry's own overflow surfaces
+    assert len(harness.recoveries) == 1
+    later = await harness.input_filter(call_data([*items, {"role": "user", "content": "next"}]))
+    assert later.input[: len(retry.input)] == retry.input  # the recovery was committed
+
+
+async def test_recover_for_a_call_the_filter_did_not_see_starts_its_turn() -> None:
+    """A model called without the filter in the run config: the recovery still applies once."""
+    harness = make_harness(window=2000, reserve=500)
+    items: list[Any] = [{"role": "user", "content": "Fix it."}]
+    for n in range(12):
+        items.append(
+            {"type": "function_call", "call_id": f"c{n}", "name": "read_file", "arguments": "{}"}
+        )
+        items.append({"type": "function_call_output", "call_id": f"c{n}", "output": "x" * 100})
+
+    retry = await harness.input_filter.recover(overflow(), input=items, instructions=None)
+
+    assert retry is not None
+    assert len(retry.input) < len(items)
+    assert len(harness.recoveries) == 1
+    assert (
+        await harness.input_filter.recover(overflow(), input=retry.input, instructions=None) is None
+    )
+    limit = openai_status_error(429, "Rate limit reached: tokens per min (TPM): 30000")
+    assert await harness.input_filter.recover(limit, input=items, instructions=None) is None
+    assert len(harness.recoveries) == 1
+
+
 async def test_other_errors_pass_through_without_recovery() -> None:
     """A rate limit on tokens per minute is not an overflow: no recovery, no retry."""
     harness = make_harness()
@@ -347,6 +478,50 @@ async def test_other_errors_pass_through_without_recovery() -> None:
         await run_agent(harness, model, streamed=False)
     assert harness.recoveries == []
     assert len(model.calls) == 2
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["get_response", "stream_response"])
+async def test_an_overflow_on_the_call_that_wrote_a_checkpoint_keeps_the_checkpoint(
+    streamed: bool,
+) -> None:
+    """The recovery starts from the checkpoint: the retry sends it, no second summary is paid."""
+    summarizer = RecordingSummarizer()
+    paid: list[int] = []  # summaries paid for when each projection was done
+    engine = ContextEngine(
+        20_000,
+        reserve_tokens=4096,
+        strategies=[FullSummary(summarizer=summarizer, keep_recent_tokens=3000), HardTruncate()],
+        commit_strategies=("full_summary",),
+        token_counter=FixedTokenCounter(),
+        on_project=lambda event: paid.append(summarizer.calls),
+    )
+    input_filter = ContextEngineInputFilter(engine)
+    model = ScriptedModel([overflow(), [assistant_message("fits now")]])
+    stored = SQLiteSession("long conversation")
+    await stored.add_items(to_openai_agents(synthetic_session(60)[1:]))
+    session = ContextEngineSession(stored, input_filter)
+    agent = agent_for(ContextEngineModel(model, input_filter))
+    config = RunConfig(call_model_input_filter=input_filter, tracing_disabled=True)
+
+    if streamed:
+        result: Any = Runner.run_streamed(agent, "Go on.", session=session, run_config=config)
+        async for _ in result.stream_events():
+            pass
+    else:
+        result = await Runner.run(agent, "Go on.", session=session, run_config=config)
+
+    assert result.final_output == "fits now"
+    first, retry = (from_openai_agents(call.input) for call in model.calls)
+    assert first[0].is_summary
+    assert retry[0].text == first[0].text  # the retry starts with that very checkpoint
+    assert len(retry) < len(first)
+    assert len(paid) == 1  # one projection, which paid for the checkpoint
+    assert paid[0] >= 1
+    assert summarizer.calls == paid[0]  # the recovery wrote no second summary
+    assert await session.persist_commit()  # the session's history takes the checkpoint
+    history = from_openai_agents(await stored.get_items())
+    assert history[0].text == first[0].text
+    assert history[-1].text == "fits now"
 
 
 class FailingStream(Model):
@@ -564,6 +739,38 @@ def test_commit_applies_only_to_the_history_it_stands_for() -> None:
     assert commit.apply((*source, Message.user("c"))) == (commit.messages[0], Message.user("c"))
     assert commit.apply((Message.user("x"), Message.assistant("b"))) is None
     assert commit.apply(source[:1]) is None
+
+
+def test_commits_are_kept_per_conversation() -> None:
+    """A newer commit replaces its conversation's; another conversation's history leaves it."""
+    parent = (Message.user("fix the parser"), Message.assistant("reading"), Message.user("go"))
+    first = Commit(parent[:2], (ContextSummary(summary="parser"),))
+    commits = Commits()
+    commits.add(first)
+    sub_agent = (Message.user("check the lexer"),)
+    assert commits.find(sub_agent) is None
+    commits.add(Commit(sub_agent, (ContextSummary(summary="lexer"),)))
+    assert commits.find(parent) is first  # the sub-agent's commit did not displace it
+    assert commits.latest is first
+    newer = Commit(parent, (ContextSummary(summary="parser, later"),))
+    commits.add(newer)
+    assert commits.find((*parent, Message.assistant("done"))) is newer
+    assert commits.find(parent[:2]) is None  # the older commit of the parent is gone
+    assert commits.find(sub_agent) is not None
+
+
+def test_caches_keep_each_conversation_apart() -> None:
+    """A sub-agent's fresh items get a cache of their own; the parent's messages stay."""
+    caches = MessageCaches()
+    parent = [{"role": "user", "content": "fix it"}, {"role": "assistant", "content": "ok"}]
+    cache = caches.for_items(parent)
+    before = cache.convert(parent)
+    sub_agent = [{"role": "user", "content": "check the lexer"}]
+    assert caches.for_items(sub_agent) is not cache
+    caches.for_items(sub_agent).convert(sub_agent)
+    longer = [*parent, {"role": "user", "content": "and the cli"}]
+    assert caches.for_items(longer) is cache
+    assert cache.convert(longer)[0] is before[0]
 
 
 def test_apply_commit_without_a_commit_copies_the_items() -> None:
