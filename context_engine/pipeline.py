@@ -308,7 +308,7 @@ async def run_unarchived(
     applied is discarded with its view, and the outcome says why nothing may
     be committed (`Outcome.unarchived`).
     """
-    budget = attrs.evolve(call.budget, archiving=False)
+    budget = attrs.evolve(call.budget, archiving=False, archive_down=True)
     offline = attrs.evolve(call, budget=budget, llm_blocked="", archiving=False)
     kept = [s for s in strategies if not s.uses_llm]
     outcome = await run_pipeline(offline, kept, call.transcript, budget, None)

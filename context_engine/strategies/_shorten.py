@@ -21,11 +21,14 @@ from context_engine.strategies.base import Budget, Removal, StrategyResult
 from context_engine.structure import ARCHIVED_KEY
 
 __all__ = [
+    "UNARCHIVED_NOTE",
     "archived_copy",
     "derived_copy",
+    "noted_copy",
     "reference_note",
     "replace_oldest_first",
     "step_share",
+    "unarchived_copy",
 ]
 
 step_share: Validator = share(exclusive_maximum=True)
@@ -35,6 +38,13 @@ step_share: Validator = share(exclusive_maximum=True)
 def reference_note(reference: str) -> str:
     """The line a shortened message gets so the agent can fetch its original back."""
     return f"[Original archived as {reference}; the recall_context tool returns it.]"
+
+
+UNARCHIVED_NOTE = (
+    "[The original was not archived (the archive did not answer), so it cannot be "
+    "recalled; re-run the call if you need it.]"
+)
+"""The line a shortened message gets when the archive could not keep its original."""
 
 
 # Marks the keys of `derived_copy`'s values in a message's memo (`context_engine._memo`).
@@ -66,6 +76,26 @@ def _with_reference(reference: str) -> Callable[[Message], Message]:
         )
 
     return make
+
+
+def _unarchived(shortened: Message) -> Message:
+    return attrs.evolve(shortened, content=(*shortened.content, TextBlock(UNARCHIVED_NOTE)))
+
+
+def unarchived_copy(shortened: Message) -> Message:
+    """``shortened`` saying its original was not archived (made once per object)."""
+    return derived_copy(shortened, UNARCHIVED_NOTE, _unarchived)
+
+
+def noted_copy(shortened: Message, reference: str, budget: Budget) -> Message:
+    """``shortened`` as the budget's archive state wants it.
+
+    It names ``reference`` (archiving), says its original was not archived (the
+    store did not answer), or stays as it is (no archive).
+    """
+    if budget.archiving:
+        return archived_copy(shortened, reference)
+    return unarchived_copy(shortened) if budget.archive_down else shortened
 
 
 def archived_copy(shortened: Message, reference: str) -> Message:
@@ -128,7 +158,7 @@ def replace_oldest_first(
     the same message reuses the very same shorter object.
     """
     count = budget.counter.count_message
-    key = None if memo is None else (_STEP, memo, kind, budget.archiving, budget.counter.key)
+    key = None if memo is None else (_STEP, memo, kind, _notes(budget), budget.counter.key)
     messages = list(view)
     removed: list[Removal] = []
     saved = 0
@@ -137,9 +167,9 @@ def replace_oldest_first(
             break
         original = view[index]
         if key is None:
-            step = _shorten(original, make, kind, budget.archiving, count)
+            step = _shorten(original, make, kind, budget, count)
         else:
-            step = memoized(original, key, _shorten, make, kind, budget.archiving, count)
+            step = memoized(original, key, _shorten, make, kind, budget, count)
         if step.saved <= 0:
             continue
         messages[index] = step.shorter
@@ -150,14 +180,17 @@ def replace_oldest_first(
     return StrategyResult(messages=messages, applied=True, tokens_saved=saved, removed=removed)
 
 
+def _notes(budget: Budget) -> tuple[bool, bool]:
+    """What a shortened copy's note depends on (part of the memo key)."""
+    return budget.archiving, budget.archive_down
+
+
 def _shorten(
     original: Message,
     make: Callable[[], Message],
     kind: RecordKind,
-    archiving: bool,
+    budget: Budget,
     count: Callable[[Message], int],
 ) -> _Step:
-    shorter = make()
-    if archiving:
-        shorter = archived_copy(shorter, Removal(kind, (original,)).reference)
+    shorter = noted_copy(make(), Removal(kind, (original,)).reference, budget)
     return _Step(shorter, count(original) - count(shorter))

@@ -45,6 +45,8 @@ class Budget:
             (``compact``) or ``overflow`` (``recover_overflow``).
         archiving: The engine keeps every original in an archive: placeholders,
             markers and checkpoints must name the references of what they replace.
+        archive_down: The engine keeps an archive but it did not take this
+            call's originals: shortened messages say theirs was not archived.
         max_user_share: The share of the threshold the newest user message
             always keeps when a strategy must trim it, or None when it is never
             trimmed (the engine's floor counts it the same way).
@@ -58,6 +60,7 @@ class Budget:
     overhead_tokens: int = 0
     reason: Literal["threshold", "manual", "overflow"] = "threshold"
     archiving: bool = False
+    archive_down: bool = False
     max_user_share: float | None = 0.5
 
     @property

@@ -179,9 +179,8 @@ class SessionMemory:
     ) -> StrategyResult:
         """The view with the checkpoint, or a recorded no-op when it would not shrink."""
         removal = Removal("messages", replaced_messages(view, cut))
-        previous = view[cut.lead_end] if cut.start > cut.lead_end else None
-        earlier = previous.references if isinstance(previous, ContextSummary) else ()
-        references = (*earlier, removal.reference) if budget.archiving else ()
+        # Its own range only: older references live in the previous checkpoint it replaced.
+        references = (removal.reference,) if budget.archiving else ()
         checkpoint = ContextSummary(
             summary=text, tokens_before=tokens_before, references=references
         )

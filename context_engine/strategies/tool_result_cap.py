@@ -34,7 +34,13 @@ import attrs
 from context_engine.errors import ConfigurationError, InvalidMessageError
 from context_engine.messages import Block, Message, TextBlock
 from context_engine.strategies._preview import preview
-from context_engine.strategies._shorten import archived_copy, derived_copy, reference_note
+from context_engine.strategies._shorten import (
+    UNARCHIVED_NOTE,
+    archived_copy,
+    derived_copy,
+    reference_note,
+    unarchived_copy,
+)
 from context_engine.strategies.base import Budget, Removal, StrategyResult
 from context_engine.structure import CAPPED_KEY, CLEARED_KEY, analyze
 from context_engine.tokens import TokenCounter
@@ -149,14 +155,17 @@ def cap_tool_result(
 
 
 def _cap(
-    message: Message, cap: int, counter: TokenCounter, archiving: bool
+    message: Message, cap: int, counter: TokenCounter, archiving: bool, archive_down: bool = False
 ) -> tuple[Message, Removal | None]:
-    body_cap = max(MIN_CAP_TOKENS // 2, cap - counter.count_text(_NOTE)) if archiving else cap
+    note = _NOTE if archiving else UNARCHIVED_NOTE if archive_down else ""
+    body_cap = max(MIN_CAP_TOKENS // 2, cap - counter.count_text(note)) if note else cap
     key = (CAPPED_KEY, body_cap, counter.key)
     shorter = derived_copy(message, key, _capped, body_cap, counter)
     removal = Removal("tool_result", (message,))
     if archiving:
         shorter = archived_copy(shorter, removal.reference)
+    elif archive_down:
+        shorter = unarchived_copy(shorter)
     if counter.count_message(shorter) >= counter.count_message(message):
         return message, None  # barely above the cap: the marker would cost more than it saves
     return shorter, removal
@@ -223,7 +232,9 @@ class ToolResultCap:
         saved = 0
         for index, cap in caps.items():
             original = view[index]
-            shorter, removal = _cap(original, cap, budget.counter, budget.archiving)
+            shorter, removal = _cap(
+                original, cap, budget.counter, budget.archiving, budget.archive_down
+            )
             if removal is None:
                 continue
             messages[index] = shorter

@@ -20,6 +20,7 @@ from context_engine.archive import ArchiveRecord, MemoryArchive, SQLiteArchive, 
 from context_engine.formats.openai import from_openai
 from context_engine.invariants import check_view
 from context_engine.strategies import HardTruncate, LightTrim, ToolResultMicrocompact
+from context_engine.strategies._shorten import UNARCHIVED_NOTE
 from context_engine.structure import ARCHIVED_KEY, CLEARED_KEY, TRUNCATION_KEY
 from context_engine.testing import FixedTokenCounter
 from tests.archive.recall_walk import assert_removed_are_recallable, references_in
@@ -245,6 +246,9 @@ async def test_a_store_failing_on_write_hands_out_a_view_only_rewrite_and_commit
     assert result.commit is None
     assert check_view(session, result.messages) == []
     assert references_in(result.messages) == []  # no reference to an original the store lacks
+    shortened = [m for m in result.messages if m not in session and m.role == "tool"]
+    assert shortened  # placeholders say why their original cannot be recalled
+    assert all(UNARCHIVED_NOTE in m.text for m in shortened)
     assert result.event is not None
     assert events == [result.event]
     assert result.event.references == ()
