@@ -17,6 +17,7 @@ from itertools import accumulate, compress, islice
 import attrs
 
 from context_engine.messages import Message, TextBlock
+from context_engine.strategies.tool_result_cap import MIN_CAP_TOKENS
 from context_engine.structure import CAPPED_KEY, CLEARED_KEY, TRIMMED_KEY, TRUNCATION_KEY, analyze
 from context_engine.tokens import (
     REQUEST_OVERHEAD_TOKENS,
@@ -323,13 +324,19 @@ class Meter:
         """
         shape = analyze(view)
         count = self.counter.count_message
-        # The lead and the tail never overlap (the tail starts after the lead).
-        total = sum(map(count, view[: shape.lead_end])) + sum(map(count, view[shape.tail_start :]))
+        # The lead and the tail never overlap (the tail starts after the lead). The
+        # newest tool group's text results can be capped down to MIN_CAP_TOKENS (the
+        # last resort of `HardTruncate`), so they count at most that much.
+        tail = [
+            min(count(m), MIN_CAP_TOKENS) if m.role == "tool" and _has_text(m) else count(m)
+            for m in view[shape.tail_start :]
+        ]
+        total = sum(map(count, view[: shape.lead_end])) + sum(tail)
         last = shape.last_user
         if last >= 0:
             user = count(view[last])
             if last >= shape.tail_start:
-                total -= user  # counted with the tail; added back below, capped
+                total -= user  # counted with the tail (whole: not a tool result); added back
             # Only text can be trimmed: an image-only message counts whole.
             if max_user_share is not None and _has_text(view[last]):
                 user = min(user, int(max_user_share * threshold))

@@ -74,6 +74,9 @@ def recovery_strategies(
                 TruncationFold(name=SUMMARY, uses_llm=True, truncate=strategy, writer=writer)
             )
         out.append(TruncationFold(name=DIGEST, uses_llm=False, truncate=strategy, writer=digest))
+        # Only when the folds left no room: the plain cut and its last resorts (capping
+        # the newest results, trimming the checkpoint) so the view still fits.
+        out.append(strategy)
     return out
 
 

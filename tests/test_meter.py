@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from context_engine import ImageBlock, Message, TextBlock, ToolCall
 from context_engine.meter import Meter, _shared_prefix, starts_with
+from context_engine.strategies.tool_result_cap import MIN_CAP_TOKENS
 from context_engine.structure import analyze
 from context_engine.testing import FixedTokenCounter
 from context_engine.tokens import REQUEST_OVERHEAD_TOKENS, UsageEstimate
@@ -156,6 +157,8 @@ def naive_floor(
         trimmable = any(isinstance(block, TextBlock) for block in message.content)
         if index == shape.last_user and share is not None and trimmable:
             tokens = min(tokens, int(share * threshold))
+        elif message.role == "tool" and trimmable:  # the last resort caps the newest results
+            tokens = min(tokens, MIN_CAP_TOKENS)
         total += tokens
     correction = estimate.tokens - meter.counts(view)[0][-1] - REQUEST_OVERHEAD_TOKENS
     return max(0, total + REQUEST_OVERHEAD_TOKENS + correction)

@@ -43,10 +43,11 @@ import attrs
 import regex
 
 from context_engine._validate import is_int
-from context_engine.messages import Block, Message, TextBlock
+from context_engine.messages import Block, ContextSummary, Message, TextBlock
 from context_engine.strategies._shorten import archived_copy
 from context_engine.strategies.base import Budget, Removal, StrategyResult
 from context_engine.strategies.light_trim import trim_text
+from context_engine.strategies.tool_result_cap import cap_to_fit
 from context_engine.structure import (
     ARCHIVED_KEY,
     TRIMMED_KEY,
@@ -134,7 +135,7 @@ class HardTruncate:
         if budget.tokens <= budget.threshold:
             return StrategyResult.unchanged(view)
         tokens_before = budget.measure(view)
-        messages, removed, tokens_after = _truncate(view, budget, tokens_before)
+        messages, removed, tokens_after = _truncate(view, budget, tokens_before, transcript)
         if not removed or tokens_after >= tokens_before:
             # Nothing to drop, or a few tiny messages weigh less than the marker.
             return StrategyResult.unchanged(view)
@@ -221,9 +222,13 @@ class _Cut:
 
 
 def _truncate(
-    view: Sequence[Message], budget: Budget, tokens: int
+    view: Sequence[Message], budget: Budget, tokens: int, transcript: Sequence[Message] = ()
 ) -> tuple[tuple[Message, ...], tuple[Removal, ...], int]:
-    """`truncate_view` of a view of ``tokens`` tokens, also returning the new view's measure."""
+    """`truncate_view` of a view of ``tokens`` tokens, also returning the new view's measure.
+
+    Last of all, the newest tool group's results are capped (from their
+    originals in ``transcript``) by what still does not fit.
+    """
     cut = _Cut.of(view, budget.archiving)
     (messages, replaced), tokens = _drop_units(cut, budget, tokens)
     share = budget.max_user_share
@@ -232,7 +237,58 @@ def _truncate(
         trimmed = _trim_newest(cut, budget, tokens, share_floor)
         if trimmed is not None:
             (messages, replaced), tokens = trimmed
+    for last_resort in (_cap_tail, _trim_checkpoint):
+        if tokens <= budget.threshold:
+            break
+        shortened = last_resort(messages, budget, tokens, transcript)
+        if shortened is not None:
+            messages, more, tokens = shortened
+            replaced = (*replaced, *more)
     return messages, replaced, tokens
+
+
+def _trim_checkpoint(
+    view: tuple[Message, ...], budget: Budget, tokens: int, transcript: Sequence[Message]
+) -> tuple[tuple[Message, ...], tuple[Removal, ...], int] | None:
+    """The checkpoint's text cut to head and tail by what still does not fit, or None.
+
+    The very last resort: a caller's checkpoint can be larger than anything a
+    summary would write, and nothing else is left to shorten. The original is
+    archived like any trimmed text.
+    """
+    index = analyze(view).lead_end
+    checkpoint = view[index] if index < len(view) else None
+    if not isinstance(checkpoint, ContextSummary) or _TRIM_MARKER.search(checkpoint.summary):
+        return None
+    counter = budget.counter
+    size = counter.count_message(checkpoint)
+    keep = max(0.0, (size - (tokens - budget.threshold)) / max(1, size))
+    half = int(len(checkpoint.summary) * keep / 2)
+    text = trim_text(checkpoint.summary, head=half, tail=half)
+    if text == checkpoint.summary:
+        return None
+    removal = Removal("text", (checkpoint,))
+    # A checkpoint names what it stands for in its references, not in a note.
+    references = (*checkpoint.references, removal.reference) if budget.archiving else ()
+    shorter = attrs.evolve(
+        checkpoint, summary=text, references=references or checkpoint.references
+    )
+    messages = (*view[:index], shorter, *view[index + 1 :])
+    return messages, (removal,), budget.measure(messages)
+
+
+def _cap_tail(
+    view: tuple[Message, ...], budget: Budget, tokens: int, transcript: Sequence[Message]
+) -> tuple[tuple[Message, ...], tuple[Removal, ...], int] | None:
+    """The newest tool group's results capped by the excess (`cap_to_fit`), or None."""
+    shape = analyze(view)
+    indices = [i for i in range(shape.tail_start, shape.pending_start) if view[i].role == "tool"]
+    originals = {m.tool_call_id: m for m in transcript if m.role == "tool" and m.tool_call_id}
+    capped = cap_to_fit(view, indices, tokens - budget.threshold, budget, originals)
+    if capped is None:
+        return None
+    messages, removed = capped
+    return messages, removed, budget.measure(messages)
 
 
 def _drop_units(cut: _Cut, budget: Budget, tokens: int) -> tuple[_Assembled, int]:

@@ -26,7 +26,7 @@ tokens each, where clearing old ones (microcompact) is the right tool.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import ClassVar
 
 import attrs
@@ -45,7 +45,7 @@ from context_engine.strategies.base import Budget, Removal, StrategyResult
 from context_engine.structure import CAPPED_KEY, CLEARED_KEY, analyze
 from context_engine.tokens import TokenCounter
 
-__all__ = ["MIN_CAP_TOKENS", "ToolResultCap", "cap_tool_result"]
+__all__ = ["MIN_CAP_TOKENS", "ToolResultCap", "cap_to_fit", "cap_tool_result"]
 
 logger = logging.getLogger(__name__)
 
@@ -169,6 +169,50 @@ def _cap(
     if counter.count_message(shorter) >= counter.count_message(message):
         return message, None  # barely above the cap: the marker would cost more than it saves
     return shorter, removal
+
+
+def cap_to_fit(
+    view: Sequence[Message],
+    indices: Sequence[int],
+    excess: int,
+    budget: Budget,
+    originals: Mapping[str, Message],
+) -> tuple[tuple[Message, ...], tuple[Removal, ...]] | None:
+    """``view`` with the tool results at ``indices`` capped, all to one level, by ``excess``.
+
+    The last resort for the newest tool group, which other strategies protect:
+    a result is capped from its original (``originals``, by tool-call id, when
+    the view holds an earlier preview of it), never below `MIN_CAP_TOKENS`.
+    None when nothing could be capped.
+    """
+    counter = budget.counter
+    sources = [_source(view[index], originals) for index in indices]
+    chosen = [(i, m) for i, m in zip(indices, sources, strict=True) if m is not None]
+    if not chosen:
+        return None
+    sizes = [counter.count_message(view[i]) for i, _ in chosen]
+    level = max(MIN_CAP_TOKENS, _water_level(sizes, max(0, sum(sizes) - excess)))
+    messages, removed = list(view), []
+    for (index, source), size in zip(chosen, sizes, strict=True):
+        if size <= level:
+            continue
+        shorter, removal = _cap(source, level, counter, budget.archiving, budget.archive_down)
+        if removal is not None and counter.count_message(shorter) < size:
+            messages[index] = shorter
+            removed.append(removal)
+    return (tuple(messages), tuple(removed)) if removed else None
+
+
+def _source(message: Message, originals: Mapping[str, Message]) -> Message | None:
+    """What to cap for ``message``: itself, its original when it is a preview, or None."""
+    if message.role != "tool":
+        return None
+    if _cappable(message):
+        return message
+    original = originals.get(message.tool_call_id or "")
+    if original is not None and original is not message and _cappable(original):
+        return original
+    return None
 
 
 def _water_level(sizes: Sequence[int], room: int) -> int:

@@ -32,6 +32,7 @@ from context_engine.strategies.hard_truncate import (
     truncation_marker,
 )
 from context_engine.strategies.microcompact import ToolResultMicrocompact
+from context_engine.strategies.tool_result_cap import MIN_CAP_TOKENS
 from context_engine.structure import TRIMMED_KEY, TRUNCATION_KEY, analyze, is_user_message
 from context_engine.testing import FixedTokenCounter
 from tests.conftest import load_corpus_dicts
@@ -145,7 +146,15 @@ async def run(
     for removal in result.removed:  # each removal keeps its originals in view order
         order = [position[id(m)] for m in removal.originals]
         assert order == sorted(order)
-    assert [r.kind for r in result.removed] in (["messages"], ["text"], ["messages", "text"])
+    kinds = [r.kind for r in result.removed]
+    # Whole messages, the newest user message's text, then the last resorts: the newest
+    # results, then the checkpoint's text; each step at most once (results one by one).
+    steps = [k for n, k in enumerate(kinds) if not (k == "tool_result" and kinds[n - 1 : n] == [k])]
+    pattern = ["messages", "text", "tool_result", "text"]
+    position = 0
+    for kind in steps:
+        assert kind in pattern[position:], kinds
+        position = pattern.index(kind, position) + 1
     in_view = {id(m) for m in view}
     trimmed = [
         m
@@ -153,7 +162,7 @@ async def run(
         if is_user_message(m) and TRIMMED_KEY in m.metadata and id(m) not in in_view
     ]
     assert len(trimmed) <= 1
-    dropped = len(result.replaced) - len(trimmed)
+    dropped = sum(len(r.originals) for r in result.removed if r.kind == "messages")
     old = [m for m in view if is_truncation_marker(m)]
     if dropped:
         (index,) = found
@@ -163,7 +172,7 @@ async def run(
         prior = old[0].metadata[TRUNCATION_KEY] if old else 0
         assert marker.metadata[TRUNCATION_KEY] == prior + dropped
     else:
-        assert trimmed
+        assert trimmed or any(r.kind == "tool_result" for r in result.removed)
         assert [result.messages[i] for i in found] == old  # an earlier marker stays as it was
     return result
 
@@ -606,3 +615,28 @@ async def test_overflow_recovery_lets_microcompact_finish_before_dropping_turns(
     applied = [step.name for step in recovered.event.steps if step.applied]
     assert applied == ["tool_result_microcompact"]
     assert check_view(transcript, recovered.messages) == []
+
+
+async def test_the_newest_tool_results_are_capped_when_nothing_else_is_left() -> None:
+    """Last resort: the protected newest tool group is capped from its originals (never below
+    the minimum cap) by what still does not fit, so a view whose lead, user message and
+    capped results fit does fit."""
+    counter = FixedTokenCounter()
+    calls = [ToolCall(f"c{n}", "grep", "{}") for n in range(3)]
+    view = [
+        Message.system("You are a coding agent."),
+        Message.user("Find the callers."),
+        Message.assistant(tool_calls=calls),
+        *(Message.tool(call.id, f"{call.id}: match\n" * 500) for call in calls),
+    ]
+    threshold = 1_200
+    assert measure_with(counter)(view) > 3 * threshold
+    result = await run(HardTruncate(), view, counter, threshold)
+    assert result.applied
+    assert measure_with(counter)(result.messages) <= threshold
+    assert check_view(view, result.messages) == []
+    assert [r.kind for r in result.removed] == ["tool_result"] * 3
+    for original, capped in zip(view[3:], result.messages[3:], strict=True):
+        assert capped.tool_call_id == original.tool_call_id
+        assert counter.count_message(capped) >= MIN_CAP_TOKENS // 2
+        assert "tokens" in capped.text  # the preview names the original's size
