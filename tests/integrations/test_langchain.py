@@ -203,10 +203,11 @@ def build(
     model: ScriptedModel,
     engine: ContextEngine,
     tools: Sequence[Any] = (read_file, read_log),
+    cap_tool_results: bool = True,
     **options: Any,
 ) -> tuple[Any, Recorder]:
     recorder = Recorder(engine)
-    middleware = [recorder, ContextEngineMiddleware(engine)]
+    middleware = [recorder, ContextEngineMiddleware(engine, cap_tool_results=cap_tool_results)]
     agent = create_agent(
         model,
         tools=list(tools),

@@ -123,6 +123,7 @@ def make_harness(
     window: int = 3000,
     reserve: int | None = 600,
     summarizer: Summarizer | None = None,
+    cap_tool_results: bool = True,
     **options: Any,
 ) -> Harness:
     """A harness; ``options`` go to ``ContextEngine.default`` (``reserve=None``: its default)."""
@@ -139,7 +140,9 @@ def make_harness(
         on_recover=harness.recoveries.append,
         **options,
     )
-    harness.input_filter = ContextEngineInputFilter(harness.engine)
+    harness.input_filter = ContextEngineInputFilter(
+        harness.engine, cap_tool_results=cap_tool_results
+    )
     return harness
 
 

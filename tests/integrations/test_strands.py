@@ -162,6 +162,7 @@ def make_run(
     messages: Sequence[Message] = (),
     engine: ContextEngine | None = None,
     tools: Sequence[Any] = (read_file,),
+    cap_tool_results: bool = True,
     **agent_options: Any,
 ) -> Run:
     events: list[RewriteEvent] = []
@@ -175,7 +176,7 @@ def make_run(
         on_project=events.append,
         on_recover=recoveries.append,
     )
-    manager = ContextEngineConversationManager(engine)
+    manager = ContextEngineConversationManager(engine, cap_tool_results=cap_tool_results)
     agent = Agent(
         model=model,
         tools=list(tools),
