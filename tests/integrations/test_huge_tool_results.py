@@ -358,14 +358,16 @@ async def test_pydantic_ai_capability_finishes_with_a_huge_grep_in_the_middle(
 
 
 @pytest.mark.extra("openai-agents")
+@pytest.mark.parametrize("capped", CAPPING)
 async def test_openai_agents_filter_and_model_finish_with_a_huge_grep_in_the_middle(
-    repository: Path,
+    repository: Path, capped: bool
 ) -> None:
     from agents import Agent, Runner, function_tool
     from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message
     from agents.testing import function_call as scripted_call
     from agents.usage import Usage as AgentsUsage
 
+    from context_engine.formats.openai_agents import from_openai_agents
     from context_engine.integrations.openai_agents import ContextEngineModel
     from tests.integrations.test_openai_agents import (
         INSTRUCTIONS,
@@ -374,8 +376,14 @@ async def test_openai_agents_filter_and_model_finish_with_a_huge_grep_in_the_mid
     )
     from tests.provider_errors import openai_status_error
 
+    archive = {"archive": MemoryArchive(), "session_id": "huge-tool-result"} if capped else {}
     harness = make_harness(
-        WINDOW, reserve=None, tool_result_cap="default", overhead_tokens=TOOL_SCHEMA_TOKENS
+        WINDOW,
+        reserve=None,
+        tool_result_cap="default",
+        overhead_tokens=TOOL_SCHEMA_TOKENS,
+        cap_tool_results=capped,
+        **archive,
     )
     events = Events()
     events.projected, events.recovered = harness.events, harness.recoveries
@@ -424,12 +432,21 @@ async def test_openai_agents_filter_and_model_finish_with_a_huge_grep_in_the_mid
 
     assert result.final_output == "All modules read; done."
     assert len(model.calls) == len(billed)  # none rejected
+    original = grep("TODO")
     preview = assert_managed(
         harness.engine,
         events,
         [harness.transcript(i) for i in range(len(harness.received))],
         [harness.view(call) for call in model.calls],
         billed,
-        grep("TODO"),
+        original,
+        capped_before=capped,  # the SDK's own items stay whole; the filter's commit is capped
     )
-    assert_not_archived(preview)
+    history = result.to_input_list()
+    (whole,) = (m for m in from_openai_agents(history) if m.tool_call_id == "call_3")
+    assert whole.text == original  # the run's items: what the SDK's hooks cannot change
+    stored = from_openai_agents(harness.input_filter.apply_commit(history))
+    (kept,) = (m for m in stored if m.role == "tool" and m.tool_call_id == grep_call(stored))
+    await assert_kept(harness.engine, kept.text, preview, original, capped=capped)
+    if not capped:
+        assert_not_archived(preview)
