@@ -484,6 +484,9 @@ def test_state_of_another_manager_is_refused(counter: FixedTokenCounter) -> None
 def test_the_manager_needs_an_engine() -> None:
     with pytest.raises(ConfigurationError, match=r"ContextEngine\.default"):
         ContextEngineConversationManager(object())  # type: ignore[arg-type]
+    engine = ContextEngine.default(8_000)
+    with pytest.raises(ConfigurationError, match="cap_tool_results"):
+        ContextEngineConversationManager(engine, cap_tool_results="no")  # type: ignore[arg-type]
 
 
 def test_missing_strands_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
