@@ -577,6 +577,11 @@ class ContextEngine:
         )
         return result
 
+    def cap_tool_result_sync(self, message: Message) -> Message:
+        """Blocking `cap_tool_result`; raises `BlockingCallInEventLoopError` in a running loop."""
+        result: Message = run_blocking(lambda: self.cap_tool_result(message), "cap_tool_result")
+        return result
+
     def recall_sync(self, reference: str) -> tuple[Message, ...]:
         """Blocking `recall`; raises `BlockingCallInEventLoopError` inside a running loop."""
         result: tuple[Message, ...] = run_blocking(lambda: self.recall(reference), "recall")

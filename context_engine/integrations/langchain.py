@@ -15,7 +15,12 @@ every model call it:
   failure surfaces;
 * when the last message is a ``/compact [instructions]`` user message, runs
   `ContextEngine.compact` instead of calling the model, commits, and answers
-  with a short note.
+  with a short note;
+* around every tool call (``wrap_tool_call``), caps the ``ToolMessage`` the
+  tool returned with `ContextEngine.cap_tool_result` before LangGraph adds it
+  to the state, so the state itself never holds a 60k-token output (the
+  original goes to the engine's archive); ``cap_tool_results=False`` keeps
+  results whole.
 
 The policy is `context_engine.turn`'s, shared by every adapter: the sync
 (``invoke``) and async (``ainvoke``) hooks drive it with `run_turn_sync` and
@@ -47,11 +52,22 @@ try:
         ModelResponse,
     )
     from langchain_core import exceptions as _lc_exceptions
-    from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, RemoveMessage
+    from langchain_core.messages import (
+        AIMessage,
+        AnyMessage,
+        BaseMessage,
+        RemoveMessage,
+        ToolMessage,
+    )
     from langgraph.graph.message import REMOVE_ALL_MESSAGES
+    from langgraph.prebuilt.tool_node import ToolCallRequest
     from langgraph.types import Command
 
-    from context_engine.formats.langchain import message_from_langchain, to_langchain
+    from context_engine.formats.langchain import (
+        message_from_langchain,
+        message_to_langchain,
+        to_langchain,
+    )
 except ImportError as exc:  # pragma: no cover - a test hides the package to check the message
     raise ImportError(
         "context_engine.integrations.langchain needs langchain and langchain-core; "
@@ -156,23 +172,32 @@ class ContextEngineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         engine: The engine that decides what the model sees.
         compact_command: Treat a last user message ``/compact [instructions]``
             as a manual compaction instead of a question to the model.
+        cap_tool_results: Cap every ``ToolMessage`` a tool returns with
+            `ContextEngine.cap_tool_result` before it enters the agent state
+            (a ``Command`` a tool returns passes as it is).
 
     Raises:
-        ConfigurationError: ``engine`` is not a `ContextEngine`.
+        ConfigurationError: ``engine`` is not a `ContextEngine`, or a flag is
+            not a bool.
     """
 
-    def __init__(self, engine: ContextEngine, *, compact_command: bool = True) -> None:
+    def __init__(
+        self, engine: ContextEngine, *, compact_command: bool = True, cap_tool_results: bool = True
+    ) -> None:
         if not isinstance(engine, ContextEngine):
             raise ConfigurationError(
                 f"engine must be a ContextEngine, got {engine!r}; "
                 "build one with ContextEngine.default(context_window=..., summarizer=...)"
             )
-        if not isinstance(compact_command, bool):
-            raise ConfigurationError(
-                f"compact_command must be True or False, got {compact_command!r}"
-            )
+        for flag, value in (
+            ("compact_command", compact_command),
+            ("cap_tool_results", cap_tool_results),
+        ):
+            if not isinstance(value, bool):
+                raise ConfigurationError(f"{flag} must be True or False, got {value!r}")
         self.engine = engine
         self.compact_command = compact_command
+        self.cap_tool_results = cap_tool_results
         self.tools = []
         self._reader = _Reader()
 
@@ -207,6 +232,43 @@ class ContextEngineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             is_overflow=_is_overflow,
         )
         return _answer(self._reader, turn, request, len(lead))
+
+    def wrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
+    ) -> ToolMessage | Command[Any]:
+        """Run the tool; cap the ``ToolMessage`` it returns (blocking; used by ``invoke``)."""
+        result = handler(request)
+        if not self.cap_tool_results or not isinstance(result, ToolMessage):
+            return result
+        message = message_from_langchain(result)
+        return _capped_result(result, message, self.engine.cap_tool_result_sync(message))
+
+    async def awrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+    ) -> ToolMessage | Command[Any]:
+        """Run the tool; cap the ``ToolMessage`` it returns (used by ``ainvoke``)."""
+        result = await handler(request)
+        if not self.cap_tool_results or not isinstance(result, ToolMessage):
+            return result
+        message = message_from_langchain(result)
+        return _capped_result(result, message, await self.engine.cap_tool_result(message))
+
+
+def _capped_result(result: ToolMessage, read: Message, capped: Message) -> ToolMessage:
+    """``result`` itself when the cap left ``read`` as it was, else the preview as a ToolMessage.
+
+    The preview keeps the result's id, ``tool_call_id``, name, status and
+    artifact (the converter carries them in the message's metadata).
+    """
+    if capped is read:
+        return result
+    written = message_to_langchain(capped)
+    assert isinstance(written, ToolMessage)  # a tool message converts to one
+    return written
 
 
 def _answer(

@@ -13,7 +13,15 @@ first is the adapter, the other two are optional:
   call, in this run and in later runs that continue the same history. Every
   conversation under the run config keeps its own commit: a sub-agent run
   through ``Agent.as_tool`` (fresh input, the parent's run config) neither
-  drops nor re-summarizes the parent's.
+  drops nor re-summarizes the parent's. The filter also caps each new tool
+  output (``function_call_output`` and the like) with
+  `ContextEngine.cap_tool_result` when it first converts it, and commits the
+  capped history: the SDK's hooks cannot change a tool's output, and wrapping
+  the caller's tools would change what they registered, so the filter is
+  where the cap takes hold. The SDK's in-run items (``result.new_items``,
+  ``result.to_input_list()``) still hold the whole output;
+  `ContextEngineInputFilter.apply_commit` and `ContextEngineSession` store the
+  preview.
 * `ContextEngineModel` wraps the agent's ``Model`` and resumes the turn when
   the provider rejects the prompt as too long: the engine recovers from the
   history as committed so far (a checkpoint the rejected call's own projection
@@ -115,6 +123,10 @@ def _without_head(messages: Sequence[Message], head: Message | None) -> tuple[Me
     return tuple(messages)
 
 
+def _is(first: object, second: object) -> bool:
+    return first is second
+
+
 def _describe(span: Any, engine: ContextEngine, step: ModelCallStep) -> None:
     """Record what the engine did on the SDK's custom span (when tracing records it)."""
     if isinstance(span, NoOpSpan):
@@ -142,15 +154,26 @@ class ContextEngineInputFilter:
 
     Args:
         engine: The engine that decides what each model call sees.
+        cap_tool_results: Cap each new tool output with `ContextEngine.cap_tool_result`
+            and commit the capped history (the original goes to the engine's archive).
+
+    Raises:
+        ConfigurationError: ``engine`` is not a `ContextEngine`, or
+            ``cap_tool_results`` is not a bool.
     """
 
-    def __init__(self, engine: ContextEngine) -> None:
+    def __init__(self, engine: ContextEngine, *, cap_tool_results: bool = True) -> None:
         if not isinstance(engine, ContextEngine):
             raise ConfigurationError(
                 f"ContextEngineInputFilter needs a ContextEngine, got {engine!r}; "
                 "build one with ContextEngine.default(context_window=..., summarizer=...)"
             )
+        if not isinstance(cap_tool_results, bool):
+            raise ConfigurationError(
+                f"cap_tool_results must be True or False, got {cap_tool_results!r}"
+            )
         self.engine = engine
+        self.cap_tool_results = cap_tool_results
         self._caches = MessageCaches()
         self._commits = Commits()
         self._head: Message | None = None
@@ -165,7 +188,8 @@ class ContextEngineInputFilter:
     async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
         """Project the input of one model call; the SDK calls this before every call."""
         model_data = data.model_data
-        turn = await self._start(self._prepare(model_data.input, model_data.instructions))
+        prepared = await self._capped(self._prepare(model_data.input, model_data.instructions))
+        turn = await self._start(prepared)
         return turn.data()
 
     async def recover(
@@ -264,6 +288,26 @@ class ContextEngineInputFilter:
         body = effective if effective is not None else transcript
         messages = (head, *body) if head is not None else body
         return _Prepared(transcript, head, messages, instructions, cache)
+
+    async def _capped(self, prepared: _Prepared) -> _Prepared:
+        """``prepared`` with its tool results capped; a cap is committed, so it lasts.
+
+        A result the commit already stands for is its preview (or was under
+        the cap), so only the results that arrived since are read again.
+        """
+        if not self.cap_tool_results:
+            return prepared
+        head = prepared.head
+        body = _without_head(prepared.messages, head)
+        capped = tuple([await self._cap(message) for message in body])
+        if all(map(_is, capped, body)):
+            return prepared
+        self._commits.add(Commit(prepared.transcript, capped))
+        messages = (head, *capped) if head is not None else capped
+        return attrs.evolve(prepared, messages=messages)
+
+    async def _cap(self, message: Message) -> Message:
+        return await self.engine.cap_tool_result(message) if message.role == "tool" else message
 
     async def _start(self, prepared: _Prepared) -> _Turn:
         """Start the call's turn: project, commit what the engine says to, and send the view."""

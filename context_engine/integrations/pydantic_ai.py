@@ -14,7 +14,12 @@
   and the request is attempted once more (``RetryModelRequest``); a second
   overflow in the same step surfaces;
 * a user prompt ``/compact [instructions]`` compacts the history instead of
-  calling the model, and answers with what was done.
+  calling the model, and answers with what was done;
+* after each tool call (``after_tool_execute``), a result above the engine's
+  cap is replaced by its preview (`ContextEngine.cap_tool_result`) before
+  pydantic-ai makes it a ``ToolReturnPart``, so the run's history and
+  ``result.all_messages()`` never hold the whole output (the original goes to
+  the engine's archive); ``cap_tool_results=False`` keeps results whole.
 
 `history_processor` is the plain form, for ``ProcessHistory(...)``: pydantic-ai
 writes a processor's result back as the run's history, so every view it
@@ -37,11 +42,12 @@ from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import Any
 
 try:
+    from pydantic_ai import ToolDenied
     from pydantic_ai import messages as pm
     from pydantic_ai.capabilities import AbstractCapability
     from pydantic_ai.exceptions import RetryModelRequest, SkipModelRequest
     from pydantic_ai.models import ModelRequestContext
-    from pydantic_ai.tools import RunContext
+    from pydantic_ai.tools import RunContext, ToolDefinition
 except ImportError as exc:  # pragma: no cover - exercised by hiding the package in a test
     raise ImportError(
         "context_engine.integrations.pydantic_ai needs pydantic-ai; "
@@ -51,8 +57,8 @@ except ImportError as exc:  # pragma: no cover - exercised by hiding the package
 from context_engine.engine import ContextEngine
 from context_engine.errors import CompactionError
 from context_engine.formats._pydantic_ai_write import Group
-from context_engine.formats.pydantic_ai import read_groups, write_history
-from context_engine.messages import Message
+from context_engine.formats.pydantic_ai import from_pydantic_ai, read_groups, write_history
+from context_engine.messages import Message, TextBlock
 from context_engine.results import CompactResult
 from context_engine.turn import ModelCallStep, TurnResult, TurnStep, advance_turn, turn_flow
 
@@ -176,11 +182,17 @@ class ContextEngineCapability(AbstractCapability[Any]):
         recover_overflow: Recover from a context-length error and retry once.
         compact_command: Treat a user prompt ``/compact [instructions]`` as a
             request to compact the history now, without calling the model.
+        cap_tool_results: Replace a tool's result above the engine's cap by its
+            preview (`ContextEngine.cap_tool_result`) when the tool returns it.
+            A result the preview cannot stand for (images, a denied call) is
+            kept; a ``ToolReturn`` keeps its content and metadata, only its
+            ``return_value`` is capped.
     """
 
     engine: ContextEngine
     recover_overflow: bool = True
     compact_command: bool = True
+    cap_tool_results: bool = True
     _reader: _Reader = dataclasses.field(default_factory=_Reader, init=False, repr=False)
     _turn: _Turn | None = dataclasses.field(default=None, init=False, repr=False)
 
@@ -220,6 +232,29 @@ class ContextEngineCapability(AbstractCapability[Any]):
             bridge.write(step.messages, kept=False) if step.changed else bridge.history
         )
         return request_context
+
+    async def after_tool_execute(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: pm.ToolCallPart,
+        tool_def: ToolDefinition,
+        args: Any,
+        result: Any,
+    ) -> Any:
+        """The tool's result, or its capped preview when the engine's cap shortened it."""
+        if not self.cap_tool_results or isinstance(result, ToolDenied):
+            return result
+        returned = isinstance(result, pm.ToolReturn)
+        value = result.return_value if returned else result
+        part = pm.ToolReturnPart(
+            tool_name=call.tool_name, content=value, tool_call_id=call.tool_call_id
+        )
+        (read,) = from_pydantic_ai([pm.ModelRequest(parts=[part])])
+        capped = await self.engine.cap_tool_result(read)
+        if capped is read or not all(isinstance(b, TextBlock) for b in capped.content):
+            return result  # images stay whole: a text preview cannot stand for them
+        return dataclasses.replace(result, return_value=capped.text) if returned else capped.text
 
     async def on_model_request_error(
         self, ctx: RunContext[Any], *, request_context: ModelRequestContext, error: Exception

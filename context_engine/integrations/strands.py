@@ -17,6 +17,11 @@ the engine in front of every model call of the agent:
   compression) it compacts on a best-effort basis and never raises.
 * A ``/compact ...`` prompt compacts instead of calling the model
   (`context_engine.commands.parse_compact_command`).
+* An ``AfterToolCallEvent`` hook caps every tool result with
+  `ContextEngine.cap_tool_result` before Strands appends it to
+  ``agent.messages`` (its ``result`` is writable), so the history itself never
+  holds a 60k-token output; the original goes to the engine's archive.
+  ``cap_tool_results=False`` keeps results whole.
 
 Strands calls ``apply_management`` and ``reduce_context`` synchronously from
 inside its event loop; they run the engine's coroutine on a worker thread
@@ -39,7 +44,12 @@ import attrs
 from context_engine._aio import run_blocking
 from context_engine.commands import parse_compact_command
 from context_engine.engine import ContextEngine
-from context_engine.errors import CompactionError, ConfigurationError, ContextEngineError
+from context_engine.errors import (
+    CompactionError,
+    ConfigurationError,
+    ContextEngineError,
+    InvalidMessageError,
+)
 from context_engine.messages import Message
 from context_engine.results import CompactResult
 from context_engine.turn import ModelCallStep, TurnResult, TurnStep, advance_turn, turn_flow
@@ -52,6 +62,7 @@ try:
     )
     from strands.hooks import (
         AfterModelCallEvent,
+        AfterToolCallEvent,
         AgentInitializedEvent,
         BeforeInvocationEvent,
         HookRegistry,
@@ -177,6 +188,8 @@ class ContextEngineConversationManager(ConversationManager):
             every call is projected under the engine's threshold anyway.
         compact_command: Treat a prompt that is a ``/compact ...`` command as a
             manual compaction (the model is not called for it).
+        cap_tool_results: Cap every tool result with `ContextEngine.cap_tool_result`
+            when the tool returns it, before it enters ``agent.messages``.
 
     Attributes:
         engine: The engine.
@@ -191,15 +204,21 @@ class ContextEngineConversationManager(ConversationManager):
         *,
         proactive_compression: bool | ProactiveCompressionConfig | None = None,
         compact_command: bool = True,
+        cap_tool_results: bool = True,
     ) -> None:
         if not isinstance(engine, ContextEngine):
             raise ConfigurationError(
                 f"engine must be a ContextEngine, got {engine!r}; "
                 "build one with ContextEngine.default(context_window=..., summarizer=...)"
             )
+        if not isinstance(cap_tool_results, bool):
+            raise ConfigurationError(
+                f"cap_tool_results must be True or False, got {cap_tool_results!r}"
+            )
         super().__init__(proactive_compression=proactive_compression)
         self.engine = engine
         self.compact_command = compact_command
+        self.cap_tool_results = cap_tool_results
         self.commits = 0
         # Messages in front of the stored ones (the checkpoint, a kept prompt): agent.messages
         # is this head plus the stored messages after the first removed_message_count.
@@ -217,6 +236,7 @@ class ContextEngineConversationManager(ConversationManager):
         registry.add_callback(AgentInitializedEvent, self._on_agent_initialized)
         registry.add_callback(BeforeInvocationEvent, self._on_before_invocation)
         registry.add_callback(AfterModelCallEvent, self._on_after_model_call)
+        registry.add_callback(AfterToolCallEvent, self._on_after_tool_call)
 
     def _on_agent_initialized(self, event: AgentInitializedEvent) -> None:
         event.agent.add_middleware(InvokeModelStage.Input, self._project_request)
@@ -247,6 +267,22 @@ class ContextEngineConversationManager(ConversationManager):
     def _on_after_model_call(self, event: AfterModelCallEvent) -> None:
         if event.stop_response is not None:
             self._turn = None
+
+    async def _on_after_tool_call(self, event: AfterToolCallEvent) -> None:
+        """Replace the tool's result with its capped preview, when the cap shortened it."""
+        if not self.cap_tool_results:
+            return
+        try:
+            (read,) = message_from_strands(
+                {"role": "user", "content": [{"toolResult": event.result}]}
+            )
+        except (InvalidMessageError, ValueError):  # not a result the converter reads: keep it
+            logger.debug("tool result not readable; left uncapped", exc_info=True)
+            return
+        capped = await self.engine.cap_tool_result(read)
+        if capped is not read:
+            (written,) = to_strands([capped])[0]["content"]
+            event.result = written["toolResult"]
 
     async def _project_request(self, context: InvokeModelContext) -> InvokeModelContext:
         """Send the engine's view of the history instead of the history itself."""

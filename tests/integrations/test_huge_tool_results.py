@@ -14,6 +14,12 @@ Each run must finish with its answer, with every prompt under the threshold
 (so none rejected) and every view keeping the invariants, and the grep output
 must reach the model only as a capped preview naming its size (and, with an
 archive, the reference `ContextEngine.recall` returns the original under).
+
+Each runtime runs twice. With the adapter's ``cap_tool_results`` (the default)
+the result is capped when it arrives: the runtime's own history keeps the
+preview, the projection has nothing left to cap, and the archive gives the
+original back byte for byte. With it off, the history keeps the whole output
+and only the views are capped.
 """
 
 from __future__ import annotations
@@ -24,9 +30,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
-from context_engine import ContextEngine, Message, RewriteEvent
+from context_engine import ContextEngine, Message, RewriteEvent, TextBlock
 from context_engine.archive import MemoryArchive
 from context_engine.archive.reference import REFERENCE_PATTERN
 from context_engine.invariants import check_view
@@ -126,6 +133,12 @@ class Events:
         )
 
 
+CAPPING = [
+    pytest.param(True, id="capped-when-it-arrives"),
+    pytest.param(False, id="capped-in-the-views-only"),
+]
+
+
 def assert_managed(
     engine: ContextEngine,
     events: Events,
@@ -133,8 +146,15 @@ def assert_managed(
     views: Sequence[Sequence[Message]],
     billed: Sequence[int],
     original: str,
+    *,
+    held_whole: bool = True,
+    capped_before: bool = False,
 ) -> str:
     """Every call fit and kept the invariants; the grep output went out as a preview only.
+
+    ``held_whole``: the transcripts the runtime passed hold the whole output
+    (else its preview); ``capped_before``: the output was capped before any
+    projection, so the pipeline's cap never had to apply.
 
     Returns:
         The preview the model saw first.
@@ -149,18 +169,21 @@ def assert_managed(
     after = transcripts[GREP_STEP + 1]  # the history the call after the grep was made from
     (grep_id,) = (c.id for m in after for c in m.tool_calls if c.name == "grep")
     (result,) = (m for m in after if m.role == "tool" and m.tool_call_id == grep_id)
-    assert result.text == original  # the runtime holds the whole output ...
-    assert 55_000 < COUNTER.count_message(result) < 70_000
-    assert sum(map(COUNTER.count_message, after)) > WINDOW  # ... which alone would be rejected
-    shown = [m for view in views for m in view if m.role == "tool" and m.tool_call_id == grep_id]
+    whole = attrs.evolve(result, content=(TextBlock(original),), metadata={})
+    assert 55_000 < COUNTER.count_message(whole) < 70_000  # alone it would be rejected
     cap = ToolResultCap().limit(engine.threshold)
+    if held_whole:
+        assert result.text == original  # the runtime holds the whole output
+    else:
+        assert COUNTER.count_message(result) <= cap  # the runtime holds the preview
+    shown = [m for view in views for m in view if m.role == "tool" and m.tool_call_id == grep_id]
     assert shown  # the model saw it ...
     assert all(COUNTER.count_message(m) <= cap for m in shown)  # ... never above the cap
     first = next(m for m in views[GREP_STEP + 1] if m.tool_call_id == grep_id).text
     size = SIZE.search(first)
     assert size is not None, first
     assert [int(n.replace(",", "")) for n in size.groups()] == [
-        COUNTER.count_message(result),
+        COUNTER.count_message(whole),
         len(original.splitlines()),
         len(original),
     ]
@@ -168,7 +191,7 @@ def assert_managed(
     assert original.splitlines()[0] == lines[0]  # the output's head and tail, whole lines
     assert original.splitlines()[-1] in lines[-2:]  # (an archive note may follow)
     steps = [s for e in events.projected for s in e.steps if s.name == "tool_result_cap"]
-    assert any(s.applied for s in steps)
+    assert any(s.applied for s in steps) is not capped_before
     return first
 
 
@@ -180,44 +203,75 @@ async def assert_recallable(engine: ContextEngine, preview: str, original: str) 
     assert recalled.text.encode() == original.encode()
 
 
+def grep_call(messages: Sequence[Message]) -> str | None:
+    """The id of the grep call in ``messages``, or None."""
+    return next((c.id for m in messages for c in m.tool_calls if c.name == "grep"), None)
+
+
 def assert_not_archived(preview: str) -> None:
     assert REFERENCE_PATTERN.search(preview) is None
+
+
+async def assert_kept(
+    engine: ContextEngine, kept: str, preview: str, original: str, *, capped: bool
+) -> None:
+    """The runtime's own history after the run: the preview (recallable) when capped, else whole."""
+    if capped:
+        assert kept == preview
+        assert len(kept) < len(original) // 50
+        await assert_recallable(engine, kept, original)
+    else:
+        assert kept == original
 
 
 # -- the runtimes --------------------------------------------------------------------------
 
 
 @pytest.mark.extra("langchain")
-def test_langchain_middleware_finishes_with_a_huge_grep_in_the_middle(repository: Path) -> None:
+@pytest.mark.parametrize("capped", CAPPING)
+def test_langchain_middleware_finishes_with_a_huge_grep_in_the_middle(
+    repository: Path, capped: bool
+) -> None:
+    from langchain_core.messages import ToolMessage
     from langchain_core.tools import tool
 
-    from context_engine.formats.langchain import from_langchain
+    from context_engine.formats.langchain import from_langchain, message_from_langchain
     from tests.integrations.test_langchain import ScriptedModel, build, prompt_tokens
 
     events = Events()
     engine = events.engine(archived=True)
     model = ScriptedModel(plan=plan, limit=WINDOW)
     read_file, grep = repository_tools(repository)
-    agent, recorder = build(model, engine, tools=[tool(read_file), tool(grep)])
+    agent, recorder = build(
+        model, engine, tools=[tool(read_file), tool(grep)], cap_tool_results=capped
+    )
 
     result = agent.invoke({"messages": [("user", "Find every TODO and read the modules.")]})
 
     assert result["messages"][-1].content == "done"
     assert model.rejected == 0
+    original = grep("TODO")
     preview = assert_managed(
         engine,
         events,
         [from_langchain(t) for t in recorder.transcripts],
         [from_langchain(v) for v in model.received],
         [prompt_tokens(v) for v in model.received],
-        grep("TODO"),
+        original,
+        held_whole=not capped,
+        capped_before=capped,
     )
-    asyncio.run(assert_recallable(engine, preview, grep("TODO")))
+    (kept,) = (m for m in result["messages"] if isinstance(m, ToolMessage) and m.name == "grep")
+    assert kept.status == "success"
+    text = message_from_langchain(kept).text
+    asyncio.run(assert_kept(engine, text, preview, original, capped=capped))
+    asyncio.run(assert_recallable(engine, preview, original))
 
 
 @pytest.mark.extra("strands")
+@pytest.mark.parametrize("capped", CAPPING)
 def test_strands_conversation_manager_finishes_with_a_huge_grep_in_the_middle(
-    repository: Path,
+    repository: Path, capped: bool
 ) -> None:
     from strands import tool
 
@@ -225,30 +279,49 @@ def test_strands_conversation_manager_finishes_with_a_huge_grep_in_the_middle(
     from tests.integrations.test_strands import SYSTEM, ScriptedModel, bare, make_run
 
     events = Events()
-    engine = events.engine(archived=False)
+    engine = events.engine(archived=capped)
     model = ScriptedModel(0, COUNTER, plan=plan, limit=WINDOW)
     read_file, grep = repository_tools(repository)
-    run = make_run(COUNTER, model, engine=engine, tools=[tool(read_file), tool(grep)])
+    run = make_run(
+        COUNTER,
+        model,
+        engine=engine,
+        tools=[tool(read_file), tool(grep)],
+        cap_tool_results=capped,
+    )
 
     result = run.agent("Find every TODO and read the modules.")
 
     assert str(result).strip() == "All modules reviewed."
     assert model.rejected == 0
+    original = grep("TODO")
     preview = assert_managed(
         engine,
         events,
         [from_strands(bare(t), system_prompt=SYSTEM) for t in run.transcripts],
         [from_strands(r, system_prompt=SYSTEM) for r in model.received],
         model.billed,
-        grep("TODO"),
+        original,
+        held_whole=not capped,
+        capped_before=capped,
     )
-    assert_not_archived(preview)
+    if not capped:  # a commit writes the view, a capped preview included, into the history
+        assert_not_archived(preview)
+        return
+    # agent.messages when last sent with the grep (a later commit folds it into a checkpoint)
+    *_, history = (h for h in map(from_strands, run.transcripts) if grep_call(h) is not None)
+    (kept,) = (m for m in history if m.role == "tool" and m.tool_call_id == grep_call(history))
+    assert kept.metadata.get("strands.status", "success") == "success"
+    asyncio.run(assert_kept(engine, kept.text, preview, original, capped=True))
 
 
 @pytest.mark.extra("pydantic-ai")
+@pytest.mark.parametrize("capped", CAPPING)
 async def test_pydantic_ai_capability_finishes_with_a_huge_grep_in_the_middle(
-    repository: Path,
+    repository: Path, capped: bool
 ) -> None:
+    from pydantic_ai import messages as pm
+
     from context_engine.integrations.pydantic_ai import ContextEngineCapability
     from tests.integrations.test_pydantic_ai import Recorder, ScriptedModel, make_agent, plain
 
@@ -256,31 +329,45 @@ async def test_pydantic_ai_capability_finishes_with_a_huge_grep_in_the_middle(
     engine = events.engine(archived=True)
     model, recorder = ScriptedModel(COUNTER, limit=WINDOW, plan=plan), Recorder()
     read_file, grep = repository_tools(repository)
-    agent = make_agent(model, recorder, ContextEngineCapability(engine), tools=[read_file, grep])
+    capability = ContextEngineCapability(engine, cap_tool_results=capped)
+    agent = make_agent(model, recorder, capability, tools=[read_file, grep])
 
     result = await agent.run("Find every TODO and read the modules.")
 
     assert result.output == "All modules read; done."
+    original = grep("TODO")
     preview = assert_managed(
         engine,
         events,
         [plain(t) for t in recorder.transcripts],
         [plain(v) for v in model.views],
         model.tokens,
-        grep("TODO"),
+        original,
+        held_whole=not capped,
+        capped_before=capped,
     )
-    await assert_recallable(engine, preview, grep("TODO"))
+    (kept,) = (
+        part
+        for message in result.all_messages()
+        for part in message.parts
+        if isinstance(part, pm.ToolReturnPart) and part.tool_name == "grep"
+    )
+    assert kept.outcome == "success"
+    await assert_kept(engine, kept.model_response_str(), preview, original, capped=capped)
+    await assert_recallable(engine, preview, original)
 
 
 @pytest.mark.extra("openai-agents")
+@pytest.mark.parametrize("capped", CAPPING)
 async def test_openai_agents_filter_and_model_finish_with_a_huge_grep_in_the_middle(
-    repository: Path,
+    repository: Path, capped: bool
 ) -> None:
     from agents import Agent, Runner, function_tool
     from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message
     from agents.testing import function_call as scripted_call
     from agents.usage import Usage as AgentsUsage
 
+    from context_engine.formats.openai_agents import from_openai_agents
     from context_engine.integrations.openai_agents import ContextEngineModel
     from tests.integrations.test_openai_agents import (
         INSTRUCTIONS,
@@ -289,8 +376,14 @@ async def test_openai_agents_filter_and_model_finish_with_a_huge_grep_in_the_mid
     )
     from tests.provider_errors import openai_status_error
 
+    archive = {"archive": MemoryArchive(), "session_id": "huge-tool-result"} if capped else {}
     harness = make_harness(
-        WINDOW, reserve=None, tool_result_cap="default", overhead_tokens=TOOL_SCHEMA_TOKENS
+        WINDOW,
+        reserve=None,
+        tool_result_cap="default",
+        overhead_tokens=TOOL_SCHEMA_TOKENS,
+        cap_tool_results=capped,
+        **archive,
     )
     events = Events()
     events.projected, events.recovered = harness.events, harness.recoveries
@@ -339,12 +432,21 @@ async def test_openai_agents_filter_and_model_finish_with_a_huge_grep_in_the_mid
 
     assert result.final_output == "All modules read; done."
     assert len(model.calls) == len(billed)  # none rejected
+    original = grep("TODO")
     preview = assert_managed(
         harness.engine,
         events,
         [harness.transcript(i) for i in range(len(harness.received))],
         [harness.view(call) for call in model.calls],
         billed,
-        grep("TODO"),
+        original,
+        capped_before=capped,  # the SDK's own items stay whole; the filter's commit is capped
     )
-    assert_not_archived(preview)
+    history = result.to_input_list()
+    (whole,) = (m for m in from_openai_agents(history) if m.tool_call_id == "call_3")
+    assert whole.text == original  # the run's items: what the SDK's hooks cannot change
+    stored = from_openai_agents(harness.input_filter.apply_commit(history))
+    (kept,) = (m for m in stored if m.role == "tool" and m.tool_call_id == grep_call(stored))
+    await assert_kept(harness.engine, kept.text, preview, original, capped=capped)
+    if not capped:
+        assert_not_archived(preview)

@@ -203,10 +203,11 @@ def build(
     model: ScriptedModel,
     engine: ContextEngine,
     tools: Sequence[Any] = (read_file, read_log),
+    cap_tool_results: bool = True,
     **options: Any,
 ) -> tuple[Any, Recorder]:
     recorder = Recorder(engine)
-    middleware = [recorder, ContextEngineMiddleware(engine)]
+    middleware = [recorder, ContextEngineMiddleware(engine, cap_tool_results=cap_tool_results)]
     agent = create_agent(
         model,
         tools=list(tools),
@@ -459,6 +460,45 @@ def test_the_middleware_needs_an_engine() -> None:
         ContextEngineMiddleware(object())  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="compact_command"):
         ContextEngineMiddleware(Events().engine(), compact_command="yes")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="cap_tool_results"):
+        ContextEngineMiddleware(Events().engine(), cap_tool_results=1)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_capped_tool_message_keeps_its_call_id_name_status_artifact_and_id(mode: str) -> None:
+    """The preview the state receives is the tool's own message, shortened, with its fields."""
+    from langchain_core.messages import ToolMessage
+
+    middleware = ContextEngineMiddleware(Events().engine())
+    output = "\n".join(f"Traceback line {n}: error in handler" for n in range(6_000))
+    returned = ToolMessage(
+        output, tool_call_id="c1", name="pytest", status="error", id="m1", artifact={"rc": 1}
+    )
+    small = ToolMessage("ok", tool_call_id="c2", name="pytest")
+
+    def run(message: ToolMessage) -> Any:
+        if mode == "sync":
+            return middleware.wrap_tool_call(None, lambda request: message)  # type: ignore[arg-type]
+
+        async def handler(request: Any) -> ToolMessage:
+            return message
+
+        return asyncio.run(middleware.awrap_tool_call(None, handler))  # type: ignore[arg-type]
+
+    capped = run(returned)
+    assert isinstance(capped, ToolMessage)
+    assert (capped.tool_call_id, capped.name, capped.status, capped.id, capped.artifact) == (
+        "c1",
+        "pytest",
+        "error",
+        "m1",
+        {"rc": 1},
+    )
+    assert len(capped.text) < len(output) // 10
+    assert capped.text.splitlines()[0] == output.splitlines()[0]
+    assert run(small) is small  # under the cap: the very message
+    off = ContextEngineMiddleware(Events().engine(), cap_tool_results=False)
+    assert off.wrap_tool_call(None, lambda request: returned) is returned  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------------ observability

@@ -123,6 +123,7 @@ def make_harness(
     window: int = 3000,
     reserve: int | None = 600,
     summarizer: Summarizer | None = None,
+    cap_tool_results: bool = True,
     **options: Any,
 ) -> Harness:
     """A harness; ``options`` go to ``ContextEngine.default`` (``reserve=None``: its default)."""
@@ -139,7 +140,9 @@ def make_harness(
         on_recover=harness.recoveries.append,
         **options,
     )
-    harness.input_filter = ContextEngineInputFilter(harness.engine)
+    harness.input_filter = ContextEngineInputFilter(
+        harness.engine, cap_tool_results=cap_tool_results
+    )
     return harness
 
 
@@ -682,6 +685,9 @@ async def test_pending_call_at_the_end_survives_a_rewrite() -> None:
 def test_filter_needs_an_engine() -> None:
     with pytest.raises(ConfigurationError, match=r"ContextEngine\.default"):
         ContextEngineInputFilter("engine")  # type: ignore[arg-type]
+    engine = ContextEngine.default(8_000)
+    with pytest.raises(ConfigurationError, match="cap_tool_results"):
+        ContextEngineInputFilter(engine, cap_tool_results=None)  # type: ignore[arg-type]
 
 
 async def test_model_wrapper_forwards_retry_advice_and_close() -> None:

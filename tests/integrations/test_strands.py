@@ -162,6 +162,7 @@ def make_run(
     messages: Sequence[Message] = (),
     engine: ContextEngine | None = None,
     tools: Sequence[Any] = (read_file,),
+    cap_tool_results: bool = True,
     **agent_options: Any,
 ) -> Run:
     events: list[RewriteEvent] = []
@@ -175,7 +176,7 @@ def make_run(
         on_project=events.append,
         on_recover=recoveries.append,
     )
-    manager = ContextEngineConversationManager(engine)
+    manager = ContextEngineConversationManager(engine, cap_tool_results=cap_tool_results)
     agent = Agent(
         model=model,
         tools=list(tools),
@@ -483,6 +484,9 @@ def test_state_of_another_manager_is_refused(counter: FixedTokenCounter) -> None
 def test_the_manager_needs_an_engine() -> None:
     with pytest.raises(ConfigurationError, match=r"ContextEngine\.default"):
         ContextEngineConversationManager(object())  # type: ignore[arg-type]
+    engine = ContextEngine.default(8_000)
+    with pytest.raises(ConfigurationError, match="cap_tool_results"):
+        ContextEngineConversationManager(engine, cap_tool_results="no")  # type: ignore[arg-type]
 
 
 def test_missing_strands_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:

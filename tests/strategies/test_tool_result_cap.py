@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections.abc import Sequence
 from typing import Any
@@ -477,6 +478,27 @@ async def test_engine_cap_tool_result_archives_the_original_and_stores_a_preview
     assert await engine.recall(reference) == (huge,)
     small = Message.tool("call_2", "ok")
     assert await engine.cap_tool_result(small) is small
+
+
+def test_engine_cap_tool_result_sync_is_the_blocking_twin() -> None:
+    """`cap_tool_result_sync` gives the same preview, archives the original, refuses a loop."""
+    from context_engine.errors import BlockingCallInEventLoopError
+    from context_engine.testing import FixedTokenCounter
+
+    engine = ContextEngine.default(
+        8_000, archive=MemoryArchive(), session_id="s1", token_counter=FixedTokenCounter()
+    )
+    huge = Message.tool("call_1", "\n".join(f"match {i}: src/x.py" for i in range(20_000)))
+    capped = engine.cap_tool_result_sync(huge)
+    assert capped.text == asyncio.run(engine.cap_tool_result(huge)).text
+    (reference,) = capped.metadata["context_engine.archived"]
+    assert engine.recall_sync(reference) == (huge,)
+
+    async def inside_a_loop() -> None:
+        with pytest.raises(BlockingCallInEventLoopError, match=r"await engine\.cap_tool_result"):
+            engine.cap_tool_result_sync(huge)
+
+    asyncio.run(inside_a_loop())
 
 
 def test_the_default_pipeline_caps_tool_results_first() -> None:
