@@ -7,6 +7,12 @@ placeholder, oldest first, until the view fits. It never removes a message: a
 cleared result keeps its role, ``tool_call_id`` and ``name``, so every call
 stays paired with its result, and it is marked with `CLEARED_KEY` so a later
 run leaves it alone.
+
+The default placeholder describes what it replaced (`_placeholder.describe`):
+the tool, an argument preview, the exit status or "error", and the key error
+line, so the model knows how the call ended without running it again. Failed
+results are cleared after successful ones of about the same age, and the
+newest failure last of all: the agent's latest error is what it most needs.
 """
 
 from __future__ import annotations
@@ -25,19 +31,24 @@ from context_engine._lru import ByteLRU
 from context_engine._validate import non_negative_int
 from context_engine.errors import ConfigurationError
 from context_engine.messages import Message, TextBlock, ToolCall
+from context_engine.strategies._placeholder import describe, outcome
 from context_engine.strategies._shorten import derived_copy, replace_oldest_first, step_share
 from context_engine.strategies.base import Budget, StrategyResult
 from context_engine.structure import CLEARED_KEY, analyze
 from context_engine.tokens import TokenCounter
 
-__all__ = ["DEFAULT_PLACEHOLDER", "ToolResultMicrocompact"]
+__all__ = ["DEFAULT_PLACEHOLDER", "FAILURE_GRACE", "ToolResultMicrocompact"]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_PLACEHOLDER = (
     "[This tool output was cleared to save context space. Run the tool again if you need it.]"
 )
-"""The text a cleared tool result gets when no ``placeholder_fn`` is given."""
+"""A fixed placeholder text, for ``placeholder=DEFAULT_PLACEHOLDER`` (the default
+placeholder describes each call instead)."""
+
+FAILURE_GRACE = 5
+"""A failed result is cleared as if it were this many results younger."""
 
 Classifier: TypeAlias = Callable[[ToolCall, Message], bool]
 PlaceholderFn: TypeAlias = Callable[[ToolCall | None, Message], str]
@@ -63,11 +74,13 @@ def _callable(instance: object, attribute: attrs.Attribute[Any], value: object) 
         )
 
 
-def _placeholder_text(instance: object, attribute: attrs.Attribute[str], value: str) -> None:
-    if not isinstance(value, str) or not value.strip():
+def _placeholder_text(
+    instance: object, attribute: attrs.Attribute[str | None], value: str | None
+) -> None:
+    if value is not None and (not isinstance(value, str) or not value.strip()):
         raise ConfigurationError(
             f"{type(instance).__name__}.placeholder must be a non-empty str "
-            "(providers reject empty tool results); leave it out for the default text"
+            "(providers reject empty tool results); leave it out (None) for the describing default"
         )
 
 
@@ -169,8 +182,9 @@ class ToolResultMicrocompact:
     cleared (results whose call is not in the view are then kept)."""
     min_result_tokens: int = attrs.field(default=64, validator=non_negative_int())
     """Results smaller than this are kept: clearing them would save next to nothing."""
-    placeholder: str = attrs.field(default=DEFAULT_PLACEHOLDER, validator=_placeholder_text)
-    """The text a cleared result gets."""
+    placeholder: str | None = attrs.field(default=None, validator=_placeholder_text)
+    """A fixed text every cleared result gets; None (the default) describes each
+    call: tool, argument preview, exit status or "error", key error line."""
     placeholder_fn: PlaceholderFn | None = attrs.field(default=None, validator=_optional_callable)
     """Per-result placeholder, called as ``placeholder_fn(call, result)`` (``call`` is
     None when the call is not in the view). It must be idempotent: the same input
@@ -213,8 +227,10 @@ class ToolResultMicrocompact:
             (index, functools.partial(self.clear, call, view[index]))
             for index, call in self._candidates(view, budget.counter)
         )
-        # Without a placeholder function every result clears to the same text.
-        memo = (type(self), self.placeholder) if self.placeholder_fn is None else None
+        # With a fixed text every result clears to the same message; a described or
+        # custom placeholder also depends on the call, so it is not memoized per result.
+        fixed = self.placeholder_fn is None and self.placeholder is not None
+        memo = (type(self), self.placeholder) if fixed else None
         result = replace_oldest_first(
             view,
             replacements,
@@ -224,6 +240,10 @@ class ToolResultMicrocompact:
             memo=memo,
         )
         if result.applied:
+            # Failures are cleared late, but the removals are reported in view order.
+            position = {id(message): index for index, message in enumerate(view)}
+            removed = sorted(result.removed, key=lambda r: position[id(r.originals[0])])
+            result = attrs.evolve(result, removed=removed)
             logger.debug(
                 "strategy=<%s> cleared=<%d> tokens_saved=<%d> | rewrite applied",
                 self.name,
@@ -233,7 +253,11 @@ class ToolResultMicrocompact:
         return result
 
     def candidates(self, view: Sequence[Message], counter: TokenCounter) -> tuple[int, ...]:
-        """Indices of the results this strategy may clear, in clearing order (oldest first)."""
+        """Indices of the results this strategy may clear, in clearing order.
+
+        Oldest first, except that a failed result comes `FAILURE_GRACE` places
+        later than its age says, and the newest failed result comes last.
+        """
         return tuple(index for index, _ in self._candidates(view, counter))
 
     def _candidates(
@@ -244,6 +268,7 @@ class ToolResultMicrocompact:
         kept = _newest_distinct(view, calls, self.keep_recent)
         found: list[tuple[int, ToolCall | None]] = []
         count = counter.count_message
+        described = self.placeholder_fn is None and self.placeholder is None
         # The range leaves out the lead and the tail; the newest user message is no result.
         for index in range(shape.lead_end, min(shape.tail_start, shape.pending_start)):
             message = view[index]
@@ -254,10 +279,12 @@ class ToolResultMicrocompact:
             if count(message) < self.min_result_tokens:
                 continue
             call = calls[index]
+            if described and count(self.clear(call, message)) >= count(message):
+                continue  # a short result the description would not shorten
             if self.classifier is not None and (call is None or not self.classifier(call, message)):
                 continue
             found.append((index, call))
-        return found
+        return _failures_last(view, found)
 
     def cache_is_cold(self, view: Sequence[Message]) -> bool:
         """Whether ``idle_threshold`` allows a rewrite of ``view`` now."""
@@ -275,6 +302,8 @@ class ToolResultMicrocompact:
         again returns the same object.
         """
         fn = self.placeholder_fn
+        if fn is None and self.placeholder is None:
+            return derived_copy(result, (CLEARED_KEY, _DESCRIBED, call), _described, call)
         text = self.placeholder if fn is None else fn(call, result)
         if not isinstance(text, str) or not text.strip():
             raise ConfigurationError(
@@ -282,6 +311,32 @@ class ToolResultMicrocompact:
                 "it must return a non-empty str"
             )
         return derived_copy(result, (CLEARED_KEY, text), _cleared, text)
+
+
+_DESCRIBED = "described"
+
+
+def _described(result: Message, call: ToolCall | None) -> Message:
+    return _cleared(result, describe(call, result))
+
+
+def _failures_last(
+    view: Sequence[Message], found: list[tuple[int, ToolCall | None]]
+) -> list[tuple[int, ToolCall | None]]:
+    """The candidates in clearing order.
+
+    Oldest first, a failure `FAILURE_GRACE` places later, the newest failure last.
+    """
+    failed = [outcome(view[index]).failed for index, _ in found]
+    newest = max((p for p, bad in enumerate(failed) if bad), default=-1)
+
+    def rank(position: int) -> tuple[int, bool]:
+        # A failure goes after the FAILURE_GRACE results that follow it.
+        if position == newest:
+            return len(found) + FAILURE_GRACE, True
+        return position + (FAILURE_GRACE if failed[position] else 0), failed[position]
+
+    return [found[p] for p in sorted(range(len(found)), key=rank)]
 
 
 def _cleared(result: Message, text: str) -> Message:

@@ -28,17 +28,9 @@ from context_engine.summarize.files import (
     track_files,
 )
 from context_engine.summarize.request import SummaryRequest
+from context_engine.summarize.shell import DEFAULT_SHELL_TOOLS
 
 __all__ = ["DEFAULT_SHELL_TOOLS", "SECTION_TITLES", "ExtractiveSummarizer"]
-
-DEFAULT_SHELL_TOOLS: frozenset[str] = frozenset(
-    {
-        "bash", "Bash", "shell", "sh", "run", "execute", "execute_bash", "execute_command",
-        "exec", "run_command", "run_shell_command", "run_terminal_cmd", "terminal",
-        "run_tests", "local_shell", "shell_command",
-    }
-)  # fmt: skip
-"""Tool names whose calls are listed under "Commands run"."""
 
 SECTION_TITLES: tuple[str, ...] = (
     "Focus requested by the user", "Lines matching the focus", "Goal", "Constraints",

@@ -9,6 +9,11 @@ A tool counts as a file tool when its name is a key of the ``tools`` mapping
 (exact, case-sensitive match). The value says what the tool does:
 
 * ``"read"`` or ``"modified"``: every call of the tool does that;
+* ``"shell"`` or ``"python"``: the call runs a shell command or Python code
+  (found by `context_engine.summarize.shell.command_text`); the files it
+  writes (`context_engine.summarize.shell`: ``sed -i``, redirections, ``tee``,
+  ``python -c`` writes, ``git apply``, ``mv``/``cp`` targets, ``rm``, ...) count
+  as modified, and a call that writes none is not a file tool call;
 * a mapping from the value of the call's ``command`` argument to ``"read"`` or
   ``"modified"``: for editor tools whose one name covers both
   (``str_replace_editor`` with ``command="view"`` reads, with
@@ -32,7 +37,13 @@ Decisions:
 * Paths are kept as written (only surrounding whitespace is stripped); a path
   that is empty, longer than 4096 characters or holds control characters
   (a newline would break the checkpoint's file lists) is ignored.
-* Shell commands (``sed -i``, ``cat > file``) are not parsed for files.
+* Shell commands are parsed for writes only: ``cat f`` or ``grep x f`` reads
+  nothing as far as the lists go, because a shell touches files (``ls``,
+  ``find``, test runs) without the agent reading them. A deletion is a
+  modification, as for ``delete_file``.
+* A script or patch written earlier in ``messages`` (``cat > fix.py <<EOF``)
+  and run later (``python fix.py``, ``git apply fix.patch``) counts the files
+  its text writes.
 * A `ContextSummary` among the messages contributes its own file lists, at its
   position: it stands for the history it replaced.
 * Tolerant: arguments that are not JSON, or JSON that is not an object, or
@@ -51,10 +62,19 @@ import regex
 
 from context_engine.errors import ConfigurationError
 from context_engine.messages import ContextSummary, Message, ToolCall
+from context_engine.summarize.shell import (
+    DEFAULT_PYTHON_TOOLS,
+    DEFAULT_SHELL_TOOLS,
+    command_text,
+    patch_paths,
+    python_writes,
+    shell_writes,
+)
 
 __all__ = [
     "DEFAULT_FILE_TOOLS",
     "PATH_ARGUMENTS",
+    "CommandKind",
     "FileAction",
     "FileActivity",
     "FileToolRule",
@@ -67,8 +87,11 @@ __all__ = [
 FileAction: TypeAlias = Literal["read", "modified"]
 """What a file tool call does to the files it names."""
 
-FileToolRule: TypeAlias = "FileAction | Mapping[str, FileAction]"
-"""A fixed action, or an action chosen by the call's ``command`` argument."""
+CommandKind: TypeAlias = Literal["shell", "python"]
+"""A tool whose calls run a command: the files it writes are read from its text."""
+
+FileToolRule: TypeAlias = "FileAction | CommandKind | Mapping[str, FileAction]"
+"""A fixed action, a command tool, or an action chosen by the call's ``command`` argument."""
 
 _EDITOR: Mapping[str, FileAction] = MappingProxyType(
     {
@@ -112,21 +135,18 @@ DEFAULT_FILE_TOOLS: Mapping[str, FileToolRule] = MappingProxyType(
         # Editors whose ``command`` argument decides.
         "str_replace_editor": _EDITOR,
         "str_replace_based_edit_tool": _EDITOR,
+        # Commands, parsed for the files they write.
+        **dict.fromkeys(sorted(DEFAULT_SHELL_TOOLS), "shell"),
+        **dict.fromkeys(sorted(DEFAULT_PYTHON_TOOLS), "python"),
     }
 )
-"""File tools of common agent frameworks and what they do (searching tools excluded)."""
+"""File, shell and Python tools of common agent frameworks and what they do (searching
+tools excluded)."""
 
 PATH_ARGUMENTS: tuple[str, ...] = ("file_path", "path", "filename", "notebook_path", "target_file")
 """Argument names holding one path; ``paths`` holds a list of them."""
 
 _PATCH_ARGUMENTS = ("input", "patch", "diff")
-# An apply_patch envelope names its files in "*** Update File:" lines; a unified
-# diff in "+++ b/..." lines (read only outside an envelope, where an added line
-# may start with "++").
-_ENVELOPE_HEADER = regex.compile(
-    r"^\*\*\* (?:(?:Add|Update|Delete) File|Move to): (?P<path>.+?)[ \t]*$", regex.MULTILINE
-)
-_DIFF_HEADER = regex.compile(r"^\+\+\+ (?:b/)?(?P<path>[^\t\n]+?)[ \t]*(?:\t.*)?$", regex.MULTILINE)
 _CONTROL = regex.compile(r"[\x00-\x1f\x7f]")
 _MAX_PATH = 4096
 
@@ -154,15 +174,20 @@ def check_file_tools(tools: Mapping[str, object]) -> None:
     """Check that every rule of a file-tools mapping is one `track_files` understands.
 
     Raises:
-        ConfigurationError: a rule is neither ``"read"``, ``"modified"`` nor a
-            mapping from command names to one of them.
+        ConfigurationError: a rule is neither ``"read"``, ``"modified"``,
+            ``"shell"``, ``"python"`` nor a mapping from command names to
+            ``"read"`` or ``"modified"``.
     """
     for name, rule in tools.items():
-        actions = rule.values() if isinstance(rule, Mapping) else (rule,)
-        if not all(action in ("read", "modified") for action in actions):
+        if isinstance(rule, Mapping):
+            valid = all(action in ("read", "modified") for action in rule.values())
+        else:
+            valid = rule in ("read", "modified", "shell", "python")
+        if not valid:
             raise ConfigurationError(
-                f"file tool {name!r} has the rule {rule!r}; use 'read', 'modified' or a mapping "
-                "from the call's command argument to one of them, e.g. {'view': 'read'}"
+                f"file tool {name!r} has the rule {rule!r}; use 'read', 'modified', 'shell', "
+                "'python' or a mapping from the call's command argument to 'read' or "
+                "'modified', e.g. {'view': 'read'}"
             )
 
 
@@ -176,9 +201,8 @@ def _clean_path(value: object) -> str | None:
 
 
 def _patch_paths(text: str) -> list[str]:
-    header = _ENVELOPE_HEADER if "*** Begin Patch" in text else _DIFF_HEADER
-    found = (_clean_path(match["path"]) for match in header.finditer(text))
-    return [path for path in found if path is not None and path != "/dev/null"]
+    found = (_clean_path(path) for path in patch_paths(text))
+    return [path for path in found if path is not None]
 
 
 def _argument_paths(arguments: Mapping[str, object]) -> list[str]:
@@ -215,15 +239,24 @@ def files_in_call(
 
     Returns:
         ``(action, paths)`` for a call of a file tool (``paths`` may be empty
-        when the arguments name none), or None when the tool is not a file tool
-        or its ``command`` is not one the rule knows.
+        when the arguments name none) or a command that writes files, or None
+        when the tool is not a file tool, its ``command`` is not one the rule
+        knows, or its command writes no file.
     """
+    return _files_in_call(call, tools, {})
+
+
+def _files_in_call(
+    call: ToolCall, tools: Mapping[str, FileToolRule], scripts: dict[str, str]
+) -> tuple[FileAction, tuple[str, ...]] | None:
     rule = tools.get(call.name)
     if rule is None:
         return None
     arguments = _parse_arguments(call.arguments)
+    if rule == "shell" or rule == "python":
+        return _command_writes(rule, command_text(arguments or call.arguments), scripts)
     if isinstance(rule, str):
-        action: FileAction = rule
+        action: FileAction = "read" if rule == "read" else "modified"
     else:
         command = arguments.get("command") if arguments is not None else None
         if not isinstance(command, str) or command not in rule:
@@ -232,6 +265,22 @@ def files_in_call(
     if arguments is None:
         return action, tuple(dict.fromkeys(_patch_paths(call.arguments)))
     return action, tuple(dict.fromkeys(_argument_paths(arguments)))
+
+
+def _command_writes(
+    kind: CommandKind, text: str | None, scripts: dict[str, str]
+) -> tuple[FileAction, tuple[str, ...]] | None:
+    """The files a command writes; ``scripts`` learns the texts it writes."""
+    if text is None:
+        return None
+    if kind == "python":
+        written = python_writes(text)
+    else:
+        found = shell_writes(text, scripts=scripts)
+        scripts.update(found.contents)
+        written = found.modified
+    paths = tuple(dict.fromkeys(p for p in map(_clean_path, written) if p is not None))
+    return ("modified", paths) if paths else None
 
 
 def track_files(
@@ -251,13 +300,14 @@ def track_files(
     """
     read: dict[str, None] = {}
     modified: dict[str, None] = {}
+    scripts: dict[str, str] = {}  # texts shell commands wrote, for later runs of them
     for message in messages:
         if isinstance(message, ContextSummary):
             read.update(dict.fromkeys(message.read_files))
             modified.update(dict.fromkeys(message.modified_files))
             continue
         for call in message.tool_calls:
-            found = files_in_call(call, tools)
+            found = _files_in_call(call, tools, scripts)
             if found is not None:
                 action, paths = found
                 (read if action == "read" else modified).update(dict.fromkeys(paths))

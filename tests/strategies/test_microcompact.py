@@ -18,8 +18,9 @@ from context_engine.errors import ConfigurationError
 from context_engine.formats.openai import from_openai
 from context_engine.invariants import check_view
 from context_engine.messages import ImageBlock, TextBlock
+from context_engine.strategies._placeholder import MAX_PLACEHOLDER_CHARS
 from context_engine.strategies.base import Budget, Strategy, StrategyResult
-from context_engine.strategies.microcompact import DEFAULT_PLACEHOLDER, ToolResultMicrocompact
+from context_engine.strategies.microcompact import FAILURE_GRACE, ToolResultMicrocompact
 from context_engine.structure import CLEARED_KEY, analyze
 from context_engine.testing import FixedTokenCounter
 from tests.conftest import load_corpus_dicts
@@ -278,7 +279,12 @@ async def test_cleared_result_keeps_role_id_name_and_drops_images(
     new = result.messages[3]
     assert (new.role, new.tool_call_id, new.name) == ("tool", "a", "screenshot")
     assert new.timestamp == stamp
-    assert new.content == (TextBlock(DEFAULT_PLACEHOLDER),)
+    assert new.content == (
+        TextBlock(
+            "[Output of `screenshot` cleared to save context space (1 line of output). "
+            "Run the tool again if you need it.]"
+        ),
+    )
     assert new.metadata == {"mine": 1, CLEARED_KEY: True}
     assert result.replaced == (original,)
 
@@ -425,7 +431,7 @@ async def test_stops_as_soon_as_the_view_fits(counter: FixedTokenCounter) -> Non
     view = session(reads(6))
     measure = measure_with(counter)
     per_clear = counter.count_message(view[3]) - counter.count_message(
-        ToolResultMicrocompact().clear(None, view[3])
+        ToolResultMicrocompact().clear(view[2].tool_calls[0], view[3])
     )
     threshold = measure(view) - 2 * per_clear  # two clears are exactly enough
     strategy = ToolResultMicrocompact(keep_recent=1, clearing_step=0)
@@ -534,3 +540,102 @@ async def test_clears_in_steps_so_the_cleared_boundary_stays_put_as_the_session_
 def test_clearing_step_must_be_a_share() -> None:
     with pytest.raises(ConfigurationError, match="clearing_step"):
         ToolResultMicrocompact(clearing_step=1.5)
+
+
+NAME_ERROR = (
+    "Traceback (most recent call last):\n"
+    '  File "app.py", line 3, in <module>\n'
+    "    raise_query()\n"
+    "NameError: name 'Query' is not defined\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "text", "says"),
+    [
+        ('{"command": "cd /testbed && python app.py"}',
+         "<returncode>1</returncode>\n<output>\n" + NAME_ERROR + "</output>",
+         "`bash cd /testbed && python app.py` cleared to save context space (exit status 1, "
+         "error; key line: NameError: name 'Query' is not defined)"),
+        ('{"command": "python app.py"}', NAME_ERROR,
+         "`bash python app.py` cleared to save context space (error; key line: NameError: "
+         "name 'Query' is not defined)"),
+        ('{"command": "pytest -x"}', "collected 3 items\n...\nFAILED tests/t.py::test_q\n",
+         "`bash pytest -x` cleared to save context space (error; key line: FAILED tests/t.py"),
+        ('{"command": "ls"}', "Exit code: 0\n" + "a.py\n" * 200,
+         "`bash ls` cleared to save context space (exit status 0)"),
+        ('{"path": "src/a.py"}', "x = 1\n" * 200,
+         "`bash src/a.py` cleared to save context space (200 lines of output)"),
+        ('{"command": "cat > f.py << EOF\\nprint(1)\\nEOF"}', "ok\n" * 200,
+         "`bash cat > f.py << EOF …` cleared"),
+    ],
+    ids=["exit-status-and-exception", "traceback-without-status", "failed-test-line",
+         "exit-zero", "path-argument", "multi-line-command"],
+)  # fmt: skip
+def test_the_placeholder_names_tool_arguments_outcome_and_key_line(
+    arguments: str, text: str, says: str
+) -> None:
+    """A cleared result says what ran and how it ended, without running it again."""
+    call = ToolCall("c1", "bash", arguments)
+    cleared_text = ToolResultMicrocompact().clear(call, Message.tool("c1", text)).text
+    assert cleared_text.startswith("[Output of " + says)
+
+
+def test_the_placeholder_is_bounded_and_the_same_on_every_call() -> None:
+    """Huge names, commands and error lines are shortened; equal input, equal text."""
+    call = ToolCall("c1", "t" * 5_000, '{"command": "' + "x" * 10_000 + '"}')
+    result = Message.tool("c1", "ValueError: " + "y" * 50_000 + "\nexit status 2")
+    first = ToolResultMicrocompact().clear(call, result).text
+    again = ToolResultMicrocompact().clear(ToolCall("c1", call.name, call.arguments), result).text
+    fresh = ToolResultMicrocompact().clear(call, Message.tool("c1", result.text)).text
+    assert first == again == fresh
+    assert len(first) <= MAX_PLACEHOLDER_CHARS
+    assert "exit status 2, error" in first
+
+
+def failing_session() -> list[Message]:
+    """Five results, the third of them the agent's latest failure."""
+    texts = ["listing " + "x" * 800, "file " + "y" * 800, NAME_ERROR + "z" * 800]
+    texts += ["grep " + "w" * 800, "file " + "v" * 800]
+    messages = [Message.system("s"), Message.user("Fix the bug.")]
+    for number, text in enumerate(texts):
+        call = ToolCall(f"call_{number}", "bash", f'{{"command": "step {number}"}}')
+        messages += [Message.assistant(tool_calls=[call]), Message.tool(call.id, text)]
+    return [*messages, Message.user("Carry on.")]
+
+
+async def test_the_newest_failure_is_cleared_last(counter: FixedTokenCounter) -> None:
+    """Trimming old results keeps the latest error output while successes go first."""
+    view = failing_session()
+    strategy = ToolResultMicrocompact(keep_recent=1, clearing_step=0)
+    failing = result_indices(view)[2]
+    assert strategy.candidates(view, counter)[-1] == failing
+    saving = sum(
+        counter.count_message(view[i])
+        - counter.count_message(strategy.clear(view[i - 1].tool_calls[0], view[i]))
+        for i in result_indices(view)[:2] + result_indices(view)[3:4]
+    )
+    threshold = budget_for(view, counter).tokens - saving
+    result = await run(strategy, view, counter, threshold)
+    assert len(result.replaced) == 3
+    assert failing not in cleared(result.messages)
+    assert "NameError: name 'Query' is not defined" in result.messages[failing].text
+    assert [m.tool_call_id for m in result.replaced] == ["call_0", "call_1", "call_3"]
+
+
+def test_an_older_failure_waits_a_few_results_but_goes_before_the_newest(
+    counter: FixedTokenCounter,
+) -> None:
+    """A failure is cleared as if FAILURE_GRACE results younger; the newest failure last."""
+    messages = [Message.system("s"), Message.user("go")]
+    outputs = [NAME_ERROR] + ["fine"] * 8 + [NAME_ERROR] + ["fine"] * 2
+    for number, text in enumerate(outputs):
+        call = ToolCall(f"c{number}", "bash", f'{{"command": "run {number}"}}')
+        messages += [Message.assistant(tool_calls=[call]), Message.tool(call.id, text + "x" * 800)]
+    messages.append(Message.user("next"))
+    order = [messages[i].tool_call_id for i in ToolResultMicrocompact(keep_recent=0).candidates(
+        messages, counter)]  # fmt: skip
+    grace = FAILURE_GRACE
+    assert order.index("c0") == grace
+    assert order[-1] == "c9"
+    assert sorted(order) == sorted(f"c{n}" for n in range(12))

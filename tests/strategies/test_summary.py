@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 from typing import Any
 
 import pytest
@@ -175,6 +176,26 @@ async def test_files_read_and_modified_are_tracked_in_the_checkpoint_and_info() 
     assert "src/m0_0.py" in checkpoint.read_files
     assert result.info.modified_files == checkpoint.modified_files
     assert "<modified-files>" in checkpoint.text
+
+
+async def test_files_edited_through_bash_are_modified_files_of_the_checkpoint() -> None:
+    """A checkpoint's modified files include shell edits (``sed -i``, ``cat > f``)."""
+    edits = [
+        ("s1", "cd /testbed && sed -i 's/a/b/' astropy/utils/shapes.py"),
+        ("s2", "cat > reproduce.py << 'EOF'\nprint(1)\nEOF"),
+    ]
+    view = [Message.system("sys"), Message.user("fix shapes")]
+    for call_id, command in edits:
+        arguments = json.dumps({"command": command})
+        view.append(Message.assistant(tool_calls=[ToolCall(call_id, "bash", arguments)]))
+        view.append(Message.tool(call_id, "x" * 800, name="bash"))
+    view += turn(1, 6)
+    result = await FullSummary(summarizer=RecordingSummarizer(), keep_recent_tokens=800).apply(
+        view, view, budget_for(view, 1500)
+    )
+    checkpoint = result.messages[1]
+    assert isinstance(checkpoint, ContextSummary)
+    assert checkpoint.modified_files[:2] == ("/testbed/astropy/utils/shapes.py", "reproduce.py")
 
 
 async def test_images_are_stripped_and_long_tool_results_clipped_in_the_prompt() -> None:

@@ -516,3 +516,16 @@ def test_corpus_checkpoints_name_every_modified_file_within_the_bound(corpus_pat
     for path in track_files(messages).modified:
         assert path in text
     assert ExtractiveSummarizer()(summary_request) == text
+
+
+def test_files_edited_through_the_shell_are_listed_as_modified() -> None:
+    """The issue's repro: a fix made with ``sed -i`` shows under "Files modified"."""
+    sed = ToolCall("c1", "bash", json.dumps({"command": "sed -i 's/a/b/' astropy/utils/shapes.py"}))
+    view = [
+        Message.user("Fix the shapes bug."),
+        Message.assistant(tool_calls=[sed]),
+        Message.tool("c1", ""),
+    ]
+    found = sections(summarize(request(view)))
+    assert found["Files modified"] == ["astropy/utils/shapes.py"]
+    assert found["Commands run"] == ["`sed -i 's/a/b/' astropy/utils/shapes.py` (ok)"]

@@ -108,12 +108,12 @@ def test_a_file_tool_call_is_tracked_by_what_it_does(
         call("str_replace_editor", {"path": "no-command.py"}),
     ],
     ids=[
-        "grep-is-search", "glob-is-search", "find-file-is-search", "shell-not-parsed",
+        "grep-is-search", "glob-is-search", "find-file-is-search", "shell-read-not-tracked",
         "unknown-tool", "editor-unknown-command", "editor-without-command",
     ],
 )  # fmt: skip
 def test_calls_that_do_not_read_or_modify_a_file_are_not_tracked(tool_call: ToolCall) -> None:
-    """Searching, shell commands, unknown tools and unknown editor commands name no file."""
+    """Searching, shell reads, unknown tools and unknown editor commands name no file."""
     assert track_files(session(tool_call)) == FileActivity()
 
 
@@ -230,6 +230,41 @@ def test_files_in_call_tells_file_tools_from_others() -> None:
     assert files_in_call(call("bash", {"command": "ls"})) is None
 
 
+def test_shell_and_python_writes_count_as_modified() -> None:
+    """Edits through bash and IPython land in the modified list, in call order."""
+    activity = track_files(
+        session(
+            call("read_file", {"path": "/testbed/astropy/utils/shapes.py"}),
+            call("bash", {"command": "cd /testbed && sed -i 's/a/b/' astropy/utils/shapes.py"}),
+            call("execute_bash", {"command": "cat > notes.txt <<'EOF'\nhi\nEOF"}),
+            call("execute_ipython_cell", {"code": "edit_file_by_replace('/w/App.css', 'a', 'b')"}),
+            call("bash", {"command": "grep -n x other.py"}),
+        )
+    )
+    assert activity == FileActivity(
+        modified=("/testbed/astropy/utils/shapes.py", "notes.txt", "/w/App.css")
+    )
+
+
+def test_a_script_written_in_one_call_and_run_in_a_later_one_counts_its_writes() -> None:
+    """The script's text is remembered across calls of the same history."""
+    script = "cat > fix.py << 'EOF'\nwith open('src/f.py', 'w') as f:\n    f.write('x')\nEOF"
+    activity = track_files(
+        session(call("bash", {"command": script}), call("bash", {"command": "python fix.py"}))
+    )
+    assert activity.modified == ("fix.py", "src/f.py")
+    assert track_files(session(call("bash", {"command": "python fix.py"}))) == FileActivity()
+
+
+def test_a_shell_tool_mapped_by_the_caller_is_parsed() -> None:
+    """Any tool name can be marked ``"shell"``; an unmapped one is not parsed."""
+    tools: dict[str, FileToolRule] = {"my_sh": "shell"}
+    touch = call("my_sh", {"cmd": "touch a.py"})
+    assert track_files(session(touch), tools).modified == ("a.py",)
+    assert track_files(session(call("other", {"cmd": "touch a.py"})), tools) == FileActivity()
+    assert files_in_call(touch, tools) == ("modified", ("a.py",))
+
+
 def test_merge_keeps_older_entries_first_and_moves_modified_files() -> None:
     """Older lists come first; a file modified later leaves the read list; no duplicates."""
     activity = FileActivity(read=("b.py", "c.py"), modified=("a.py", "d.py"))
@@ -247,8 +282,8 @@ def test_merge_with_nothing_new_returns_the_older_lists() -> None:
 
 @pytest.mark.parametrize(
     "tools",
-    [{"x": "write"}, {"x": {"view": "peek"}}, {"x": None}],
-    ids=["unknown-action", "unknown-command-action", "none"],
+    [{"x": "write"}, {"x": {"view": "peek"}}, {"x": None}, {"x": {"run": "shell"}}],
+    ids=["unknown-action", "unknown-command-action", "none", "shell-inside-a-command-mapping"],
 )
 def test_check_file_tools_rejects_rules_it_cannot_follow(tools: dict[str, object]) -> None:
     """A bad rule fails with a message that shows the valid forms."""
