@@ -122,7 +122,7 @@ def _path_forms(path: str) -> list[str]:
 def path_in(path: str, text: str) -> bool:
     """Whether ``text`` names ``path`` (or a tail of it of at least two components)."""
     for form in _path_forms(path):
-        if re.search(rf"(?<![\w.-]){re.escape(form)}(?![\w/-])", text):
+        if re.search(rf"(?<![\w.-]){re.escape(form)}(?![\w/-]|\.\w)", text):
             return True
     return False
 

@@ -18,14 +18,14 @@ TITLES = {
 }
 KIND_TITLES = {
     "rewrite": "At every rewrite point (the view differs from the original transcript)",
-    "compact": "After a forced `/compact` (a quarter, half, three quarters and the end of a session)",
+    "compact": "After a forced `/compact` (at a quarter, half, three quarters and the end)",
 }
 CONTENDERS = ("engine", "trim_last", "masking")
 PAGE_LINK = "[benchmarks_fidelity.md](benchmarks_fidelity.md)"
 
 
 def _cell(value: float | None) -> str:
-    return "–" if value is None else f"{value:.0f}"
+    return "-" if value is None else f"{value:.0f}"
 
 
 def _find(rows: Sequence[Row], window: int, kind: str, contender: str) -> Row:
@@ -40,7 +40,7 @@ def _windows(rows: Sequence[Row]) -> list[int]:
 
 
 def table(rows: Sequence[Row], kind: str) -> list[str]:
-    """Probe × window: mean recall %, engine / trim-last / masking."""
+    """Probe by window: mean recall %, engine / trim-last / masking."""
     windows = _windows(rows)
     header = ["probe (mean recall %, engine / trim-last / masking)"]
     header += [f"{w // 1000}k window" for w in windows]
@@ -51,7 +51,7 @@ def table(rows: Sequence[Row], kind: str) -> list[str]:
             found = [_find(rows, window, kind, c)["mean_recall_pct"][probe] for c in CONTENDERS]
             cells.append(" / ".join(_cell(v) for v in found))
         lines.append("| " + " | ".join(cells) + " |")
-    marked = ["failed commands its notes call ok (of those they name), engine"]
+    marked = ["failed commands the engine's notes call ok, of those they name (over points)"]
     points = ["points scored"]
     for window in windows:
         row = _find(rows, window, kind, "engine")

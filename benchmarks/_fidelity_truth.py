@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -159,7 +159,9 @@ def _sed_files(args: list[str]) -> tuple[bool, list[str]]:
 def _perl_files(args: list[str]) -> list[str]:
     if not any(re.match(r"^-[a-zA-Z]*i", a) for a in args):
         return []
-    return _operands(args, frozenset({"-e", "-E", "-M"}))[1:]
+    operands = _operands(args, frozenset({"-e", "-E", "-M"}))
+    has_script = any(re.match(r"^-[a-zA-Z]*[eE]$", a) for a in args)
+    return operands if has_script else operands[1:]
 
 
 def _copy_target(args: list[str]) -> list[str]:
@@ -229,13 +231,14 @@ def _looks_like_file(word: str) -> bool:
 
 
 def shell_reads(command: str) -> list[str]:
-    """The files a shell command shows the agent: ``cat``/``head``/``tail``/``nl``..., ``sed -n``."""
+    """The files a shell command shows the agent: ``cat``, ``head``, ``nl``..., ``sed -n``."""
     read: list[str] = []
     for words in _simple_commands(command):
         _, words = _redirect_targets(words)
         program, args = _program(words)
         if program in _READERS:
-            read += [a for a in _operands(args, frozenset({"-n", "-c"})) if _looks_like_file(a)]
+            counted = frozenset({"-n", "-c"}) if program in ("head", "tail") else frozenset()
+            read += [a for a in _operands(args, counted) if _looks_like_file(a)]
         elif program == "sed":
             in_place, files = _sed_files(args)
             read += [] if in_place else [f for f in files if _looks_like_file(f)]
@@ -376,7 +379,8 @@ def _opening(code: str, least: int = 30) -> str:
 # -- tool results -----------------------------------------------------------------------------
 
 _RETURN_CODE = re.compile(
-    r"<returncode>\s*(-?\d+)\s*</returncode>|\b(?:exit code|exit status|exited with code)\W{0,3}(-?\d+)",
+    r"<returncode>\s*(-?\d+)\s*</returncode>"
+    r"|\b(?:exit code|exit status|exited with code)\W{0,3}(-?\d+)",
     re.IGNORECASE,
 )
 _EXCEPTION_LINE = re.compile(
