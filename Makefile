@@ -4,7 +4,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 
 .PHONY: demo test test-envs chromium redis-server soak lint typecheck bench bench-quick bench-peers \
-	bench-peers-quick bench-economics bench-economics-quick bench-counting bench-fits clean
+	bench-peers-quick bench-economics bench-economics-quick bench-counting bench-fits bench-fidelity clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -123,6 +123,11 @@ bench-counting: $(STAMP)
 # Views above the threshold where a fitting view existed, dev corpus at 8k/16k/32k, four conditions.
 bench-fits: $(VENV)/.installed
 	$(BIN)/python benchmarks/fits.py
+
+# What a rewritten view still tells the agent (edited files, last failure, instructions, steps
+# done), dev corpus at 8k/16k, against trim-last and observation masking (issue 15).
+bench-fidelity: $(VENV)/.installed
+	$(BIN)/python benchmarks/fidelity.py
 
 # The peers (LangChain, Strands, AutoGen: the `bench` extra) live in their own
 # virtualenv so the test environment never sees them.

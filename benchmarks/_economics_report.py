@@ -293,13 +293,17 @@ def render_markdown(meta: Row, rows: Sequence[Row], image: str | None) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def replace_section(page: str, section: str) -> str:
-    """``page`` with ``section`` between the economics markers (added at the end if absent)."""
-    block = f"{START}\n{section.rstrip()}\n{END}"
-    start, end = page.find(START), page.find(END)
+def replace_section(page: str, section: str, name: str = "economics") -> str:
+    """``page`` with ``section`` between the ``name`` markers (added at the end if absent).
+
+    `steady_state.keep_marked_sections` keeps such a section when it rewrites the page.
+    """
+    opening, closing = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    block = f"{opening}\n{section.rstrip()}\n{closing}"
+    start, end = page.find(opening), page.find(closing)
     if start < 0 or end < start:
         return page.rstrip() + ("\n\n" if page.strip() else "") + block + "\n"
-    return page[:start] + block + page[end + len(END) :]
+    return page[:start] + block + page[end + len(closing) :]
 
 
 # -- the chart ----------------------------------------------------------------------------------

@@ -389,8 +389,8 @@ HEADER = """# Benchmarks
 These numbers back the hot-path claim: once an agent's history has been seen,
 a `project` call that appends one message costs work proportional to that
 message, not to the history. They come from `benchmarks/steady_state.py`;
-`make bench` regenerates this page (all but the marked economics section, which
-`make bench-economics` writes) and the raw samples in
+`make bench` regenerates this page (all but the marked economics and fidelity
+sections, which `make bench-economics` and `make bench-fidelity` write) and the raw samples in
 `benchmarks/results/steady_state.json`. Peers (LangChain, Strands, AutoGen)
 are compared in [benchmarks_peers.md](benchmarks_peers.md).
 
