@@ -31,6 +31,12 @@ from tests.extras import needs
 NAN, INF = float("nan"), float("inf")
 
 
+def _redis_archive(**options: Any) -> object:
+    """A `RedisArchive`, or a skip where the redis extra is not installed."""
+    pytest.importorskip("redis", reason=needs("redis"))
+    return RedisArchive("redis://127.0.0.1:6390/0", **options)
+
+
 def _openai_summarizer(**options: Any) -> object:
     """An `OpenAISummarizer`, or a skip where the openai extra is not installed."""
     openai = pytest.importorskip("openai", reason=needs("openai"))
@@ -132,7 +138,7 @@ FLOAT_SETTINGS: list[tuple[str, Callable[[float], object]]] = [
             cooldown_seconds=v,
         ),
     ),
-    ("redis-ttl", lambda v: RedisArchive("redis://127.0.0.1:6390/0", ttl=v)),
+    ("redis-ttl", lambda v: _redis_archive(ttl=v)),
     (
         "openai-temperature",
         lambda v: _openai_summarizer(temperature=v),

@@ -237,6 +237,7 @@ def _truncate(
         trimmed = _trim_newest(cut, budget, tokens, share_floor)
         if trimmed is not None:
             (messages, replaced), tokens = trimmed
+    before = messages, replaced, tokens
     for last_resort in (_cap_tail, _trim_checkpoint):
         if tokens <= budget.threshold:
             break
@@ -244,7 +245,8 @@ def _truncate(
         if shortened is not None:
             messages, more, tokens = shortened
             replaced = (*replaced, *more)
-    return messages, replaced, tokens
+    # The last resorts cost content the others keep: only worth it when the view fits.
+    return (messages, replaced, tokens) if tokens <= budget.threshold else before
 
 
 def _trim_checkpoint(
@@ -270,9 +272,7 @@ def _trim_checkpoint(
     removal = Removal("text", (checkpoint,))
     # A checkpoint names what it stands for in its references, not in a note.
     references = (*checkpoint.references, removal.reference) if budget.archiving else ()
-    shorter = attrs.evolve(
-        checkpoint, summary=text, references=references or checkpoint.references
-    )
+    shorter = attrs.evolve(checkpoint, summary=text, references=references or checkpoint.references)
     messages = (*view[:index], shorter, *view[index + 1 :])
     return messages, (removal,), budget.measure(messages)
 

@@ -254,10 +254,14 @@ class SummaryCall:
         if remaining is not None:  # never 0: call_summarizer reads 0 as "no timeout"
             remaining = max(remaining, 0.001)
         timeout = self.timeout if remaining is None else min(self.timeout or remaining, remaining)
+        # The request ran out of the summary's time, not its own: the deadline's error.
+        bound = remaining is not None and (not self.timeout or remaining <= self.timeout)
         try:
             text = await call_summarizer(self.summarizer, request, timeout)
         except SummarizerError as exc:
-            if deadline.passed() and isinstance(exc.__cause__, TimeoutError):
+            # asyncio.TimeoutError is not the builtin TimeoutError before Python 3.11.
+            timed_out = isinstance(exc.__cause__, (TimeoutError, asyncio.TimeoutError))
+            if timed_out and (bound or deadline.passed()):
                 raise deadline.error() from exc
             raise
         # Kept even past the deadline: it is paid for, and the next attempt starts after it.

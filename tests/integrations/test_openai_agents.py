@@ -523,6 +523,7 @@ async def test_an_overflow_on_the_call_that_wrote_a_checkpoint_keeps_the_checkpo
     assert summarizer.calls == paid[0]  # the recovery wrote no second summary
     assert await session.persist_commit()  # the session's history takes the checkpoint
     history = from_openai_agents(await stored.get_items())
+    stored.close()
     assert history[0].text == first[0].text
     assert history[-1].text == "fits now"
 

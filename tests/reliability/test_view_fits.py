@@ -167,9 +167,14 @@ async def _session(engine: ContextEngine, session: list[Message], cuts: list[int
     recovery, as after a rejection the estimate did not see coming."""
     points = [i for i, m in enumerate(session) if i and m.role == "assistant"]
     chosen = sorted({points[c % len(points)] for c in cuts} if points else set())
+    # A model is called when the transcript ends with a user message or tool results,
+    # never right after its own answer: the last call point stands in for such an end.
+    end = len(session) if session and session[-1].role != "assistant" else None
+    if end is None and points:
+        end = points[-1]
     transcript: list[Message] = []
     consumed = 0
-    for point in [*chosen, len(session)]:
+    for point in [*chosen, *([end] if end is not None else [])]:
         transcript += session[consumed:point]
         consumed = point
         transcript = await _call(engine, transcript)
