@@ -52,7 +52,7 @@ _replay: Any = importlib.import_module("_fits_replay")
 
 HANG_TIMEOUT = 0.02
 """The per-request summarizer timeout of the hanging condition, in seconds."""
-EXAMPLES = 12
+EXAMPLES = 60  # per condition and interpreter: about 1,400 generated sessions a CI run
 """Examples per condition under the default profile (`examples` scales them for soak)."""
 
 Build = Callable[[int, int], ContextEngine]
