@@ -274,7 +274,16 @@ def _trim_checkpoint(
     references = (*checkpoint.references, removal.reference) if budget.archiving else ()
     shorter = attrs.evolve(checkpoint, summary=text, references=references or checkpoint.references)
     messages = (*view[:index], shorter, *view[index + 1 :])
-    return messages, (removal,), budget.measure(messages)
+    tokens = budget.measure(messages)
+    # Its file lists go too when the text alone was not enough, files read first.
+    for keep_modified in (True, False):
+        if tokens <= budget.threshold:
+            break
+        modified = shorter.modified_files if keep_modified else ()
+        shorter = attrs.evolve(shorter, read_files=(), modified_files=modified)
+        messages = (*view[:index], shorter, *view[index + 1 :])
+        tokens = budget.measure(messages)
+    return messages, (removal,), tokens
 
 
 def _cap_tail(
