@@ -45,6 +45,10 @@ class Hooks:
     on_compact: Hook | None = None
     on_strategy: Callable[[str], Any] | None = None
 
+    def as_tuple(self) -> tuple[object, ...]:
+        """The hooks in constructor order (to tell whether the engine's changed)."""
+        return (self.on_project, self.on_recover, self.on_compact, self.on_strategy)
+
     def for_operation(self, operation: Operation) -> Hook | None:
         """The hook fired with the event of ``operation``."""
         if operation == "project":

@@ -154,6 +154,7 @@ class ContextEngine:
         self.on_project, self.on_recover, self.on_compact = on_project, on_recover, on_compact
         self.on_strategy = on_strategy
         self._session = Session(breaker)
+        self._last_desk: Desk | None = None
         self._telemetry = Telemetry(tracer_provider, meter_provider)
         warn_if_no_room(self._window, self.reserve_tokens)
 
@@ -322,13 +323,14 @@ class ContextEngine:
         """The facts of one call, fixed before any strategy runs."""
         meter, session = self._meter, self._session
         estimate = meter.estimate(transcript, session.seen())
-        threshold, reason = self.threshold, _reason(operation)
+        limit = threshold = self.threshold
+        reason = _reason(operation)
         if operation == "recover_overflow":
             rejected = estimate.tokens
             last = session.last
             if last is not None and last.input == transcript:  # the prompt it rejected
                 rejected = min(rejected, last.estimate.tokens)
-            threshold = recovery_target(rejected, self._window, self.threshold, error)
+            threshold = recovery_target(rejected, self._window, limit, error)
         failures = session.breaker.failures
         blocked: str | None = None
         if operation == "project" and session.breaker.should_skip():
@@ -358,14 +360,19 @@ class ContextEngine:
             llm_blocked=blocked,
             failures=failures,
             window=self._window,
-            limit=self.threshold,
+            limit=limit,
             commit_strategies=self.commit_strategies,
             archiving=self._archive is not None,
         )
 
     def _desk(self) -> Desk:
-        hooks = Hooks(self.on_project, self.on_recover, self.on_compact, self.on_strategy)
-        return Desk(self._session, self._meter, self._telemetry, hooks)
+        """The parts `finish` works with; rebuilt only when a hook was changed."""
+        hooks = (self.on_project, self.on_recover, self.on_compact, self.on_strategy)
+        desk = self._last_desk
+        if desk is None or desk.hooks.as_tuple() != hooks:
+            desk = Desk(self._session, self._meter, self._telemetry, Hooks(*hooks))
+            self._last_desk = desk
+        return desk
 
     async def _run(self, operation: Operation, messages: Sequence[Message], **extra: Any) -> Any:
         """The body every public call shares: build the call, rewrite, keep, finish."""
@@ -377,8 +384,13 @@ class ContextEngine:
         }
         with self._telemetry.operation(operation, attributes) as span, shared_shapes():
             call = self._call(operation, transcript, extra.get("error"))
-            outcome = await self._rewrite(call, extra.get("instructions"))
-            result = await finish(call, await self._kept(call, outcome), self._desk())
+            if operation == "project" and call.fits:  # the common case: nothing to rewrite
+                outcome = call.unchanged()
+            else:
+                outcome = await self._kept(
+                    call, await self._rewrite(call, extra.get("instructions"))
+                )
+            result = await finish(call, outcome, self._desk())
             mark_span(span, result, self.breaker)
             return result
 
@@ -386,8 +398,6 @@ class ContextEngine:
         """Run the strategies the call needs; the view fits whenever the floor does."""
         on_strategy = self.on_strategy
         if call.operation == "project":
-            if call.fits:
-                return call.unchanged()
             extended = self._extended(call)
             if extended is not None:
                 return extended
