@@ -245,8 +245,11 @@ def _truncate(
         if shortened is not None:
             messages, more, tokens = shortened
             replaced = (*replaced, *more)
-    # The last resorts cost content the others keep: only worth it when the view fits.
-    return (messages, replaced, tokens) if tokens <= budget.threshold else before
+    # The last resorts cost content the others keep: worth it when the view fits, and
+    # in a recovery (the provider rejected the prompt: sending as much again cannot work).
+    if tokens <= budget.threshold or budget.reason == "overflow":
+        return messages, replaced, tokens
+    return before
 
 
 def _trim_checkpoint(
@@ -262,27 +265,37 @@ def _trim_checkpoint(
     checkpoint = view[index] if index < len(view) else None
     if not isinstance(checkpoint, ContextSummary) or _TRIM_MARKER.search(checkpoint.summary):
         return None
-    counter = budget.counter
-    size = counter.count_message(checkpoint)
-    keep = max(0.0, (size - (tokens - budget.threshold)) / max(1, size))
-    half = int(len(checkpoint.summary) * keep / 2)
-    text = trim_text(checkpoint.summary, head=half, tail=half)
-    if text == checkpoint.summary:
-        return None
+    size = budget.counter.count_message(checkpoint)
     removal = Removal("text", (checkpoint,))
     # A checkpoint names what it stands for in its references, not in a note.
     references = (*checkpoint.references, removal.reference) if budget.archiving else ()
-    shorter = attrs.evolve(checkpoint, summary=text, references=references or checkpoint.references)
-    messages = (*view[:index], shorter, *view[index + 1 :])
-    tokens = budget.measure(messages)
-    # Its file lists go too when the text alone was not enough, files read first.
-    for keep_modified in (True, False):
-        if tokens <= budget.threshold:
-            break
-        modified = shorter.modified_files if keep_modified else ()
-        shorter = attrs.evolve(shorter, read_files=(), modified_files=modified)
+    share = max(0.0, (size - (tokens - budget.threshold)) / max(1, size))
+    messages: tuple[Message, ...] = view
+    # Cut by the excess, then by more (the marker and framing cost tokens too), then
+    # the file lists, files read first: what first fits is sent.
+    for keep, keep_read, keep_modified in (
+        (share, True, True),
+        (share / 2, True, True),
+        (0.0, True, True),
+        (0.0, False, True),
+        (0.0, False, False),
+    ):
+        half = int(len(checkpoint.summary) * keep / 2)
+        shorter = attrs.evolve(
+            checkpoint,
+            summary=trim_text(checkpoint.summary, head=half, tail=half),
+            references=references or checkpoint.references,
+            read_files=checkpoint.read_files if keep_read else (),
+            modified_files=checkpoint.modified_files if keep_modified else (),
+        )
+        if shorter == checkpoint:
+            continue
         messages = (*view[:index], shorter, *view[index + 1 :])
         tokens = budget.measure(messages)
+        if tokens <= budget.threshold:
+            break
+    if messages is view:
+        return None
     return messages, (removal,), tokens
 
 

@@ -516,7 +516,9 @@ async def test_an_overflow_on_the_call_that_wrote_a_checkpoint_keeps_the_checkpo
     assert result.final_output == "fits now"
     first, retry = (from_openai_agents(call.input) for call in model.calls)
     assert first[0].is_summary
-    assert retry[0].text == first[0].text  # the retry starts with that very checkpoint
+    # The retry starts from that checkpoint (its text trimmed when nothing else could go).
+    assert retry[0].is_summary
+    assert retry[0].text.split("\n", 1)[0] == first[0].text.split("\n", 1)[0]
     assert len(retry) < len(first)
     assert len(paid) == 1  # one projection, which paid for the checkpoint
     assert paid[0] >= 1
@@ -524,7 +526,7 @@ async def test_an_overflow_on_the_call_that_wrote_a_checkpoint_keeps_the_checkpo
     assert await session.persist_commit()  # the session's history takes the checkpoint
     history = from_openai_agents(await stored.get_items())
     stored.close()
-    assert history[0].text == first[0].text
+    assert history[0].text == retry[0].text
     assert history[-1].text == "fits now"
 
 
