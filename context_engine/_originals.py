@@ -6,12 +6,21 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
+from context_engine._settings import Settings
 from context_engine.archive.base import Archive, ArchiveRecord
-from context_engine.errors import ArchiveError, RecallError
+from context_engine.errors import ArchiveError, ConfigurationError, RecallError
 from context_engine.messages import Message
 from context_engine.strategies.base import Removal
+from context_engine.strategies.tool_result_cap import ToolResultCap, cap_tool_result
+from context_engine.tokens import TokenCounter
 
-__all__ = ["keep_originals", "keep_within", "recall_originals"]
+__all__ = [
+    "capped_on_arrival",
+    "keep_originals",
+    "keep_within",
+    "recall_in",
+    "recall_originals",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -77,3 +86,42 @@ async def recall_originals(
     if record is None:
         raise RecallError(reference, session_id)
     return record.messages
+
+
+async def capped_on_arrival(message: Message, settings: Settings, counter: TokenCounter) -> Message:
+    """``message`` capped by `ToolResultCap`'s default limit, its original archived first.
+
+    When the store fails, ``message`` comes back whole: the transcript must
+    keep what could not be archived.
+    """
+    limit = ToolResultCap().limit(settings.threshold)
+    capped, removal = cap_tool_result(
+        message, max_tokens=limit, counter=counter, archiving=settings.archiving
+    )
+    if removal is None or settings.archive is None or settings.session_id is None:
+        return capped
+    problem = await keep_within(
+        settings.archive, settings.session_id, (removal,), settings.archive_timeout
+    )
+    if problem is not None:
+        logger.warning(
+            "session=<%s> | archive write failed; tool result kept whole: %s",
+            settings.session_id,
+            problem,
+        )
+        return message
+    return capped
+
+
+async def recall_in(settings: Settings, reference: str) -> tuple[Message, ...]:
+    """`recall_originals` in the engine's archive and session.
+
+    Raises:
+        ConfigurationError: the engine keeps no archive.
+    """
+    if settings.archive is None or settings.session_id is None:
+        raise ConfigurationError(
+            "this engine keeps no archive; build it with archive= and session_id= to "
+            "recall what rewrites removed"
+        )
+    return await recall_originals(settings.archive, settings.session_id, reference)

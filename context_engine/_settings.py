@@ -5,13 +5,22 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+import attrs
+
 from context_engine._validate import check_int, check_number, is_int
 from context_engine.archive.base import Archive, check_session_id
+from context_engine.breaker import CircuitBreaker
 from context_engine.errors import ConfigurationError
 from context_engine.strategies.base import Strategy
+from context_engine.tokens import TokenCounter
 
 __all__ = [
+    "Settings",
     "archive_settings",
+    "check_hooks",
+    "checked_breaker",
+    "checked_counter",
+    "checked_settings",
     "default_reserve",
     "non_negative",
     "positive_window",
@@ -115,3 +124,102 @@ def warn_if_no_room(window: int, reserve: int) -> None:
             window,
             reserve,
         )
+
+
+@attrs.frozen
+class Settings:
+    """What the engine was configured with, checked once; replaced whole when a setter runs.
+
+    ``reserve_tokens`` and ``threshold`` are derived here, so a call reads them
+    as plain attributes.
+    """
+
+    window: int
+    reserve: int | None
+    strategies: tuple[Strategy, ...]
+    commit_strategies: frozenset[str]
+    max_user_share: float | None
+    archive: Archive | None
+    session_id: str | None
+    archive_timeout: float
+    reserve_tokens: int = attrs.field(init=False)
+    threshold: int = attrs.field(init=False)
+
+    @reserve_tokens.default
+    def _reserve_tokens(self) -> int:
+        return self.reserve if self.reserve is not None else default_reserve(self.window)
+
+    @threshold.default
+    def _threshold(self) -> int:
+        return max(0, self.window - self.reserve_tokens)
+
+    @property
+    def archiving(self) -> bool:
+        """Whether originals are kept in an archive."""
+        return self.archive is not None
+
+
+def checked_settings(
+    *,
+    context_window: object,
+    strategies: object,
+    reserve_tokens: object,
+    commit_strategies: object,
+    max_user_share: object,
+    archive: object,
+    session_id: object,
+    archive_timeout_seconds: object,
+) -> Settings:
+    """The constructor's settings, each checked (a `ConfigurationError` names the first bad one)."""
+    window = positive_window(context_window)
+    checked_archive, checked_session = archive_settings(archive, session_id)
+    timeout = seconds("archive_timeout_seconds", archive_timeout_seconds)
+    if isinstance(commit_strategies, str) or not isinstance(commit_strategies, Iterable):
+        raise ConfigurationError(
+            f"commit_strategies must be a collection of strategy names, got {commit_strategies!r}"
+        )
+    settings = Settings(
+        window=window,
+        reserve=reserve(reserve_tokens),
+        strategies=strategy_tuple(strategies),
+        commit_strategies=frozenset(commit_strategies),
+        max_user_share=user_share(max_user_share),
+        archive=checked_archive,
+        session_id=checked_session,
+        archive_timeout=timeout,
+    )
+    warn_if_no_room(settings.window, settings.reserve_tokens)
+    return settings
+
+
+def checked_breaker(
+    max_failures: int, cooldown_calls: int, cooldown_seconds: float
+) -> CircuitBreaker:
+    """The breaker, its errors naming the engine's setting names."""
+    try:
+        return CircuitBreaker(
+            max_failures=max_failures,
+            cooldown_calls=cooldown_calls,
+            cooldown_seconds=cooldown_seconds,
+        )
+    except ConfigurationError as exc:
+        raise ConfigurationError(
+            f"{exc} (max_consecutive_failures / breaker_cooldown_* settings)"
+        ) from None
+
+
+def checked_counter(counter: object) -> TokenCounter:
+    """``counter`` when it is a `TokenCounter`."""
+    if not isinstance(counter, TokenCounter):
+        raise ConfigurationError(
+            f"token_counter must be a TokenCounter (count_text, count_message, key), "
+            f"got {counter!r}; use encoding= to pick a tiktoken encoding by name"
+        )
+    return counter
+
+
+def check_hooks(**hooks: object) -> None:
+    """Every hook given is callable."""
+    for label, hook in hooks.items():
+        if hook is not None and not callable(hook):
+            raise ConfigurationError(f"{label} must be callable or None, got {hook!r}")

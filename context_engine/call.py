@@ -16,19 +16,21 @@ from typing import Any, Literal
 import attrs
 
 from context_engine._aio import call_hook
+from context_engine._settings import Settings
+from context_engine._transcript import recovery_target
 from context_engine.breaker import CircuitBreaker
 from context_engine.errors import CompactionError
 from context_engine.events import ContextUsage, RewriteEvent, RewriteReason, Scope
 from context_engine.messages import Message
 from context_engine.meter import Meter
-from context_engine.pipeline import Outcome
+from context_engine.pipeline import BREAKER_OPEN, Outcome
 from context_engine.results import CompactResult, Projection, RecoveryResult
 from context_engine.session import Remembered, Session
 from context_engine.strategies.base import Budget, Strategy
 from context_engine.telemetry import Telemetry, set_attributes
 from context_engine.tokens import UsageEstimate
 
-__all__ = ["Call", "Desk", "Hooks", "Operation", "finish", "mark_span"]
+__all__ = ["Call", "Desk", "Hooks", "Operation", "finish", "mark_span", "open_call"]
 
 logger = logging.getLogger("context_engine.engine")
 
@@ -66,44 +68,65 @@ class Call:
             keeps the LLM strategies out of this `project`).
         transcript: The caller's messages, as a tuple.
         estimate: The transcript's estimate.
-        budget: What the strategies work against (its threshold is the target).
-        floor_of: The tokens no strategy may remove from a view measured at a
-            given size (leading block, newest user message, protected tail as
-            they stand in that view), on the estimate's scale.
+        threshold: The tokens the view must end at or under (below the
+            engine's threshold in a recovery).
         llm_blocked: Why LLM strategies may not run: None when they may, ``""``
             when they are left out silently (the transcript has not grown since
             they last failed to fit it), or the reason recorded on their steps
             (the breaker is open). They are also left out when the floor of the
             view they would get is above the threshold (`Outcome.floor`).
         failures: The breaker's count when the call started.
-        window: The model's window.
-        limit: The engine's threshold (``budget.threshold`` is lower in a recovery).
-        commit_strategies: Names whose rewrite the caller should commit.
-        archiving: The engine keeps originals in an archive.
+        settings: The engine's settings when the call started.
+        meter: The engine's meter (estimates and floors of views).
     """
 
     operation: Operation
     reason: RewriteReason
     transcript: tuple[Message, ...] = attrs.field(repr=False)
     estimate: UsageEstimate
-    budget: Budget
-    floor_of: Callable[[tuple[Message, ...], int], int] = attrs.field(repr=False)
+    threshold: int
     llm_blocked: str | None
     failures: int
-    window: int
-    limit: int
-    commit_strategies: frozenset[str]
-    archiving: bool
-
-    @property
-    def threshold(self) -> int:
-        """The tokens the view must end at or under."""
-        return self.budget.threshold
+    settings: Settings = attrs.field(repr=False)
+    meter: Meter = attrs.field(repr=False)
 
     @property
     def fits(self) -> bool:
         """The transcript already fits."""
         return self.estimate.tokens <= self.threshold
+
+    @property
+    def window(self) -> int:
+        """The model's window."""
+        return self.settings.window
+
+    @property
+    def limit(self) -> int:
+        """The engine's threshold (``threshold`` is lower in a recovery)."""
+        return self.settings.threshold
+
+    def budget(self) -> Budget:
+        """What the strategies work against (built by a call that rewrites, not one that fits)."""
+        settings, meter = self.settings, self.meter
+        return Budget(
+            tokens=self.estimate.tokens,
+            window=settings.window,
+            threshold=self.threshold,
+            counter=meter.counter,
+            measure=meter.measurer(self.transcript, self.estimate),
+            overhead_tokens=meter.overhead_tokens,
+            reason="threshold" if self.reason == "circuit_breaker" else self.reason,
+            archiving=settings.archiving,
+            max_user_share=settings.max_user_share,
+        )
+
+    def floor_of(self, view: tuple[Message, ...], tokens: int) -> int:
+        """The tokens no strategy may remove from ``view`` measured at ``tokens``.
+
+        The leading block, the newest user message and the protected tail as
+        they stand in that view, on the estimate's scale.
+        """
+        return self.meter.view_floor(view, tokens, self.threshold, self.settings.max_user_share)
 
     def llm_refusal(self, strategy: Strategy) -> str | None:
         """None when ``strategy`` may run; else why not (``""``: without a record)."""
@@ -112,6 +135,55 @@ class Call:
     def unchanged(self) -> Outcome:
         """The outcome of a call that rewrote nothing."""
         return Outcome(view=self.transcript, tokens=self.estimate.tokens)
+
+
+def open_call(
+    operation: Operation,
+    transcript: tuple[Message, ...],
+    settings: Settings,
+    session: Session,
+    meter: Meter,
+    telemetry: Telemetry,
+    error: BaseException | str | None = None,
+) -> Call:
+    """The facts of one call, fixed before any strategy runs.
+
+    A recovery aims below the size the provider rejected; a `project` leaves
+    the LLM strategies out while the breaker is open, or silently while the
+    transcript has not grown since they last failed to fit it.
+    """
+    estimate = meter.estimate(transcript, session.seen())
+    threshold = settings.threshold
+    failures = session.breaker.failures  # before a skip ends the cool-down
+    reason: RewriteReason = "threshold"
+    blocked: str | None = None
+    if operation == "project":
+        if session.breaker.should_skip():
+            blocked, reason = BREAKER_OPEN, "circuit_breaker"
+            if session.breaker.state != "open":  # this skip ended the cool-down
+                telemetry.breaker_moved(opened=False)
+        elif not session.grown_since_stall(estimate.tokens, threshold):
+            blocked = ""
+    elif operation == "compact":
+        reason = "manual"
+    else:
+        reason = "overflow"
+        rejected = estimate.tokens
+        last = session.last
+        if last is not None and last.input == transcript:  # the prompt it rejected
+            rejected = min(rejected, last.estimate.tokens)
+        threshold = recovery_target(rejected, settings.window, threshold, error)
+    return Call(
+        operation=operation,
+        reason=reason,
+        transcript=transcript,
+        estimate=estimate,
+        threshold=threshold,
+        llm_blocked=blocked,
+        failures=failures,
+        settings=settings,
+        meter=meter,
+    )
 
 
 @attrs.frozen
@@ -135,6 +207,10 @@ async def finish(
     """
     if call.operation == "compact" and (outcome.forced_failed or outcome.unarchived):
         raise _compact_failed(outcome)
+    if call.reason == "threshold" and call.fits and not outcome.steps and not outcome.reused:
+        # The common case (a `project` that fits): the input is the new baseline, no report.
+        usage = _remember(call, outcome, call.estimate, None, desk)
+        return Projection(messages=outcome.view, usage=usage, changed=False)
     floor = outcome.floor
     if floor is None and outcome.tokens > call.threshold:
         floor = call.floor_of(outcome.view, outcome.tokens)
@@ -180,7 +256,7 @@ def _commit(call: Call, outcome: Outcome) -> tuple[Message, ...] | None:
     if outcome.unarchived is not None or outcome.reused or not outcome.changed:
         return None
     if call.operation == "project":
-        return outcome.view_after_last(call.commit_strategies)
+        return outcome.view_after_last(call.settings.commit_strategies)
     return outcome.view
 
 
@@ -288,7 +364,9 @@ def _event(
         floor_tokens=floor,
         prefix_stable=usage.prefix_stable,
         prefix_reused_tokens=usage.prefix_reused_tokens,
-        references=outcome.references if call.archiving and outcome.unarchived is None else (),
+        references=outcome.references
+        if call.settings.archiving and outcome.unarchived is None
+        else (),
     )
 
 

@@ -9,48 +9,44 @@ remembers, reports and returns. The engine holds configuration and a
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
 import attrs
 
 from context_engine._aio import run_blocking
-from context_engine._originals import keep_within, recall_originals
+from context_engine._originals import capped_on_arrival, recall_in
 from context_engine._settings import (
-    archive_settings,
+    Settings,
+    check_hooks,
+    checked_breaker,
+    checked_counter,
+    checked_settings,
     default_reserve,
     non_negative,
     positive_window,
     reserve,
-    seconds,
-    strategy_tuple,
-    user_share,
     warn_if_no_room,
 )
-from context_engine._transcript import as_transcript, recovery_target
+from context_engine._transcript import as_transcript
 from context_engine.archive.base import Archive
 from context_engine.breaker import BreakerState, CircuitBreaker
-from context_engine.call import Call, Desk, Hooks, Operation, finish, mark_span
-from context_engine.errors import ConfigurationError
-from context_engine.events import ContextUsage, RewriteReason, Snapshot
+from context_engine.call import Desk, Hooks, Operation, finish, mark_span, open_call
+from context_engine.events import ContextUsage, Snapshot
 from context_engine.messages import Message
 from context_engine.meter import Meter
-from context_engine.overflow import is_context_overflow
-from context_engine.pipeline import BREAKER_OPEN, Outcome, run_forced, run_pipeline, run_unarchived
-from context_engine.recovery import recovery_strategies
+from context_engine.overflow import warn_unless_overflow
 from context_engine.redact import Redactor
 from context_engine.results import CompactResult, Projection, RecoveryResult
-from context_engine.session import Remembered, Session
+from context_engine.rewrite import keep, rewrite
+from context_engine.session import Session
 from context_engine.snapshots import describe_view
-from context_engine.strategies.base import Budget, Strategy
+from context_engine.strategies.base import Strategy
 from context_engine.structure import shared_shapes
 from context_engine.telemetry import Telemetry
 from context_engine.tokens import DEFAULT_ENCODING, TokenCounter, UsageEstimate, resolve_counter
 
 __all__ = ["CompactResult", "ContextEngine", "Projection", "RecoveryResult", "default_reserve"]
-
-logger = logging.getLogger(__name__)
 
 Hook = Callable[..., Any]
 
@@ -114,49 +110,32 @@ class ContextEngine:
         session_id: str | None = None,
         archive_timeout_seconds: float = 2.0,
     ) -> None:
-        self._window = positive_window(context_window)
-        self._archive, self._session_id = archive_settings(archive, session_id)
-        self._archive_timeout = seconds("archive_timeout_seconds", archive_timeout_seconds)
-        self._reserve = reserve(reserve_tokens)
-        self._strategies = strategy_tuple(strategies)
-        self._max_user_share = user_share(max_user_share)
-        if isinstance(commit_strategies, str) or not isinstance(commit_strategies, Iterable):
-            raise ConfigurationError(
-                "commit_strategies must be a collection of strategy names, "
-                f"got {commit_strategies!r}"
-            )
-        self.commit_strategies: frozenset[str] = frozenset(commit_strategies)
-        try:
-            breaker = CircuitBreaker(
-                max_failures=max_consecutive_failures,
-                cooldown_calls=breaker_cooldown_calls,
-                cooldown_seconds=breaker_cooldown_seconds,
-            )
-        except ConfigurationError as exc:
-            raise ConfigurationError(
-                f"{exc} (max_consecutive_failures / breaker_cooldown_* settings)"
-            ) from None
-        counter = token_counter or resolve_counter(encoding)
-        if not isinstance(counter, TokenCounter):
-            raise ConfigurationError(
-                f"token_counter must be a TokenCounter (count_text, count_message, key), "
-                f"got {counter!r}; use encoding= to pick a tiktoken encoding by name"
-            )
+        self._settings: Settings = checked_settings(
+            context_window=context_window,
+            strategies=strategies,
+            reserve_tokens=reserve_tokens,
+            commit_strategies=commit_strategies,
+            max_user_share=max_user_share,
+            archive=archive,
+            session_id=session_id,
+            archive_timeout_seconds=archive_timeout_seconds,
+        )
+        breaker = checked_breaker(
+            max_consecutive_failures, breaker_cooldown_calls, breaker_cooldown_seconds
+        )
+        counter = checked_counter(token_counter or resolve_counter(encoding))
         self._meter = Meter(counter, non_negative("overhead_tokens", overhead_tokens))
-        for label, hook in (
-            ("on_project", on_project),
-            ("on_recover", on_recover),
-            ("on_compact", on_compact),
-            ("on_strategy", on_strategy),
-        ):
-            if hook is not None and not callable(hook):
-                raise ConfigurationError(f"{label} must be callable or None, got {hook!r}")
+        check_hooks(
+            on_project=on_project,
+            on_recover=on_recover,
+            on_compact=on_compact,
+            on_strategy=on_strategy,
+        )
         self.on_project, self.on_recover, self.on_compact = on_project, on_recover, on_compact
         self.on_strategy = on_strategy
         self._session = Session(breaker)
         self._last_desk: Desk | None = None
         self._telemetry = Telemetry(tracer_provider, meter_provider)
-        warn_if_no_room(self._window, self.reserve_tokens)
 
     @classmethod
     def default(
@@ -177,24 +156,11 @@ class ContextEngine:
         given; ``redactor`` removes secrets from what it is sent), hard
         truncate. ``options`` go to the constructor.
         """
-        from context_engine.strategies import (
-            FullSummary,
-            HardTruncate,
-            LightTrim,
-            SessionMemory,
-            ToolResultCap,
-            ToolResultMicrocompact,
-        )
+        from context_engine.strategies._default import default_pipeline
 
-        cap = ToolResultCap() if tool_result_cap == "default" else tool_result_cap
-        strategies: list[Strategy] = [ToolResultMicrocompact(), LightTrim()]
-        if cap is not None:
-            strategies.insert(0, cap)
-        if seed is not None:
-            strategies.append(SessionMemory(seed=seed))
-        if summarizer is not None:
-            strategies.append(FullSummary(summarizer=summarizer, redactor=redactor))
-        strategies.append(HardTruncate())
+        strategies = default_pipeline(
+            summarizer=summarizer, seed=seed, redactor=redactor, tool_result_cap=tool_result_cap
+        )
         return cls(context_window, strategies, **options)
 
     # -- configuration -------------------------------------------------------------
@@ -202,22 +168,22 @@ class ContextEngine:
     @property
     def context_window(self) -> int:
         """The model's window in tokens (settable)."""
-        return self._window
+        return self._settings.window
 
     @context_window.setter
     def context_window(self, value: int) -> None:
-        self._window = positive_window(value)
-        warn_if_no_room(self._window, self.reserve_tokens)
+        self._settings = attrs.evolve(self._settings, window=positive_window(value))
+        warn_if_no_room(self._settings.window, self._settings.reserve_tokens)
 
     @property
     def reserve_tokens(self) -> int:
         """Head-room in tokens (settable; None or 0 restores the default)."""
-        return self._reserve if self._reserve is not None else default_reserve(self._window)
+        return self._settings.reserve_tokens
 
     @reserve_tokens.setter
     def reserve_tokens(self, value: int | None) -> None:
-        self._reserve = reserve(value)
-        warn_if_no_room(self._window, self.reserve_tokens)
+        self._settings = attrs.evolve(self._settings, reserve=reserve(value))
+        warn_if_no_room(self._settings.window, self._settings.reserve_tokens)
 
     @property
     def counter(self) -> TokenCounter:
@@ -236,12 +202,12 @@ class ContextEngine:
     @property
     def threshold(self) -> int:
         """``max(0, window - reserve)``: strategies run while the view is above it."""
-        return max(0, self._window - self.reserve_tokens)
+        return self._settings.threshold
 
     @property
     def strategies(self) -> tuple[Strategy, ...]:
         """The pipeline, in order."""
-        return self._strategies
+        return self._settings.strategies
 
     @property
     def breaker(self) -> CircuitBreaker:
@@ -261,12 +227,17 @@ class ContextEngine:
     @property
     def archive(self) -> Archive | None:
         """The archive originals are kept in, or None."""
-        return self._archive
+        return self._settings.archive
 
     @property
     def session_id(self) -> str | None:
         """The session references are scoped by, or None."""
-        return self._session_id
+        return self._settings.session_id
+
+    @property
+    def commit_strategies(self) -> frozenset[str]:
+        """Names of strategies whose rewrite the caller should commit."""
+        return self._settings.commit_strategies
 
     # -- state ---------------------------------------------------------------------
 
@@ -279,17 +250,7 @@ class ContextEngine:
     def usage(self) -> ContextUsage | None:
         """Usage of the last active view, or None before the first call."""
         last = self._session.last
-        if last is None:
-            return None
-        return ContextUsage(
-            tokens=last.estimate.tokens,
-            context_window=self._window,
-            threshold=self.threshold,
-            usage_tokens=last.estimate.usage_tokens,
-            trailing_tokens=last.estimate.trailing_tokens,
-            prefix_stable=last.prefix_stable,
-            prefix_reused_tokens=last.prefix_reused_tokens,
-        )
+        return None if last is None else last.usage(self._settings.window, self.threshold)
 
     def snapshot(self) -> Snapshot | None:
         """A description of the last active view, or None before the first call."""
@@ -306,64 +267,9 @@ class ContextEngine:
         The breaker keeps its count.
         """
         transcript = as_transcript(messages, self._meter.checked_prefix)
-        self._session.reset()
-        estimate = self._meter.estimate(transcript, None)
-        self._session.remember(
-            Remembered("baseline", transcript, estimate, None, transcript, estimate)
-        )
+        self._session.restart(transcript, self._meter.estimate(transcript, None))
 
     # -- one call ------------------------------------------------------------------
-
-    def _call(
-        self,
-        operation: Operation,
-        transcript: tuple[Message, ...],
-        error: BaseException | str | None = None,
-    ) -> Call:
-        """The facts of one call, fixed before any strategy runs."""
-        meter, session = self._meter, self._session
-        estimate = meter.estimate(transcript, session.seen())
-        limit = threshold = self.threshold
-        reason = _reason(operation)
-        if operation == "recover_overflow":
-            rejected = estimate.tokens
-            last = session.last
-            if last is not None and last.input == transcript:  # the prompt it rejected
-                rejected = min(rejected, last.estimate.tokens)
-            threshold = recovery_target(rejected, self._window, limit, error)
-        failures = session.breaker.failures
-        blocked: str | None = None
-        if operation == "project" and session.breaker.should_skip():
-            blocked, reason = BREAKER_OPEN, "circuit_breaker"
-            if session.breaker.state != "open":
-                self._telemetry.breaker_moved(opened=False)
-        elif operation == "project" and not session.grown_since_stall(estimate.tokens, threshold):
-            blocked = ""
-        share = self._max_user_share
-        return Call(
-            operation=operation,
-            reason=reason,
-            transcript=transcript,
-            estimate=estimate,
-            budget=Budget(
-                tokens=estimate.tokens,
-                window=self._window,
-                threshold=threshold,
-                counter=meter.counter,
-                measure=meter.measurer(transcript, estimate),
-                overhead_tokens=meter.overhead_tokens,
-                reason="threshold" if reason == "circuit_breaker" else reason,
-                archiving=self._archive is not None,
-                max_user_share=self._max_user_share,
-            ),
-            floor_of=lambda view, tokens: meter.view_floor(view, tokens, threshold, share),
-            llm_blocked=blocked,
-            failures=failures,
-            window=self._window,
-            limit=limit,
-            commit_strategies=self.commit_strategies,
-            archiving=self._archive is not None,
-        )
 
     def _desk(self) -> Desk:
         """The parts `finish` works with; rebuilt only when a hook was changed."""
@@ -375,86 +281,26 @@ class ContextEngine:
         return desk
 
     async def _run(self, operation: Operation, messages: Sequence[Message], **extra: Any) -> Any:
-        """The body every public call shares: build the call, rewrite, keep, finish."""
+        """The body every public call shares: open the call, rewrite, keep, finish."""
         transcript = as_transcript(messages, self._meter.checked_prefix)
+        settings, session, telemetry = self._settings, self._session, self._telemetry
         attributes = {
-            "context_engine.window": self._window,
-            "context_engine.threshold": self.threshold,
-            "context_engine.breaker.state": self.breaker.state,
+            "context_engine.window": settings.window,
+            "context_engine.threshold": settings.threshold,
+            "context_engine.breaker.state": session.breaker.state,
         }
-        with self._telemetry.operation(operation, attributes) as span, shared_shapes():
-            call = self._call(operation, transcript, extra.get("error"))
+        with telemetry.operation(operation, attributes) as span, shared_shapes():
+            call = open_call(
+                operation, transcript, settings, session, self._meter, telemetry, extra.get("error")
+            )
             if operation == "project" and call.fits:  # the common case: nothing to rewrite
                 outcome = call.unchanged()
             else:
-                outcome = await self._kept(
-                    call, await self._rewrite(call, extra.get("instructions"))
-                )
+                changed = await rewrite(call, session, self.on_strategy, extra.get("instructions"))
+                outcome = await keep(call, changed)
             result = await finish(call, outcome, self._desk())
-            mark_span(span, result, self.breaker)
+            mark_span(span, result, session.breaker)
             return result
-
-    async def _rewrite(self, call: Call, instructions: str | None) -> Outcome:
-        """Run the strategies the call needs; the view fits whenever the floor does."""
-        on_strategy = self.on_strategy
-        if call.operation == "project":
-            extended = self._extended(call)
-            if extended is not None:
-                return extended
-            return await run_pipeline(
-                call, self._strategies, call.transcript, call.budget, on_strategy
-            )
-        forced = await run_forced(call, self._strategies, on_strategy, instructions)
-        if forced.tokens <= call.threshold or (
-            call.operation == "compact" and forced.forced_failed is None
-        ):
-            return forced  # a /compact that wrote its checkpoint (or had nothing to do)
-        # Finish the job with the strategies that did not run yet, so the view fits.
-        ran = {step.name for step in forced.steps}
-        rest = [s for s in self._strategies if not s.uses_llm or s.name not in ran]
-        if call.operation == "recover_overflow":
-            # Its view is committed: what a truncation drops is folded into the checkpoint.
-            rest = recovery_strategies(rest, self._strategies, summary_failed=forced.llm_failed)
-        more = await run_pipeline(
-            call, rest, forced.view, call.budget.with_tokens(forced.tokens), on_strategy
-        )
-        return forced.then(more)
-
-    def _extended(self, call: Call) -> Outcome | None:
-        """The last projected view plus the new messages, when that still fits."""
-        view = self._session.extension(call.transcript)
-        if view is None:
-            return None
-        tokens = call.budget.measure(view)
-        if tokens > call.threshold:
-            return None
-        last = self._session.last
-        assert last is not None
-        assert last.outcome is not None
-        return attrs.evolve(
-            last.outcome, view=view, tokens=tokens, steps=(), removed=(), reused=True
-        )
-
-    async def _kept(self, call: Call, outcome: Outcome) -> Outcome:
-        """Archive what ``outcome`` removed before any view of it leaves the engine.
-
-        When the store fails or is too slow, the call still gets a view that
-        fits: view-only rewrites without archiving (`run_unarchived`), the step
-        says why, and nothing is committed.
-        """
-        if self._archive is None or self._session_id is None or not outcome.removed:
-            return outcome
-        problem = await keep_within(
-            self._archive, self._session_id, outcome.removed, self._archive_timeout
-        )
-        if problem is None:
-            return outcome
-        logger.warning(
-            "session=<%s> | archive write failed; view-only rewrites without archiving: %s",
-            self._session_id,
-            problem,
-        )
-        return await run_unarchived(call, self._strategies, outcome, f"ArchiveError: {problem}")
 
     # -- public calls --------------------------------------------------------------
 
@@ -504,12 +350,7 @@ class ContextEngine:
         Raises:
             InvalidMessageError: ``messages`` is not a sequence of `Message`.
         """
-        if error is not None and not is_context_overflow(error):
-            logger.warning(
-                "error=<%s> | recover_overflow was given an error that does not look like a "
-                "context-length error; compacting anyway",
-                type(error).__name__ if isinstance(error, BaseException) else "str",
-            )
+        warn_unless_overflow(error)
         result: RecoveryResult = await self._run("recover_overflow", messages, error=error)
         return result
 
@@ -525,26 +366,7 @@ class ContextEngine:
         Raises:
             InvalidMessageError: ``message`` is not a `Message`.
         """
-        from context_engine.strategies.tool_result_cap import ToolResultCap, cap_tool_result
-
-        limit = ToolResultCap().limit(self.threshold)
-        archiving = self._archive is not None
-        capped, removal = cap_tool_result(
-            message, max_tokens=limit, counter=self.counter, archiving=archiving
-        )
-        if removal is None or self._archive is None or self._session_id is None:
-            return capped
-        problem = await keep_within(
-            self._archive, self._session_id, (removal,), self._archive_timeout
-        )
-        if problem is not None:
-            logger.warning(
-                "session=<%s> | archive write failed; tool result kept whole: %s",
-                self._session_id,
-                problem,
-            )
-            return message
-        return capped
+        return await capped_on_arrival(message, self._settings, self.counter)
 
     async def recall(self, reference: str) -> tuple[Message, ...]:
         """The originals a placeholder, marker or checkpoint of this session names.
@@ -555,12 +377,7 @@ class ContextEngine:
                 reference shown to another session is refused).
             ArchiveError: the store failed.
         """
-        if self._archive is None or self._session_id is None:
-            raise ConfigurationError(
-                "this engine keeps no archive; build it with archive= and session_id= to "
-                "recall what rewrites removed"
-            )
-        return await recall_originals(self._archive, self._session_id, reference)
+        return await recall_in(self._settings, reference)
 
     # -- blocking twins ----------------------------------------------------------------
 
@@ -596,9 +413,3 @@ class ContextEngine:
         """Blocking `recall`; raises `BlockingCallInEventLoopError` inside a running loop."""
         result: tuple[Message, ...] = run_blocking(lambda: self.recall(reference), "recall")
         return result
-
-
-def _reason(operation: Operation) -> RewriteReason:
-    if operation == "project":
-        return "threshold"
-    return "manual" if operation == "compact" else "overflow"

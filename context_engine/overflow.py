@@ -22,13 +22,16 @@ message text. Errors raised by context-engine itself are never an overflow.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Mapping
 
 import regex
 
 from context_engine.errors import ContextEngineError
 
-__all__ = ["is_context_overflow", "overflow_token_counts"]
+__all__ = ["is_context_overflow", "overflow_token_counts", "warn_unless_overflow"]
+
+logger = logging.getLogger("context_engine.engine")
 
 _NOT_OVERFLOW_STATUS = frozenset({401, 403, 404, 429})
 
@@ -238,3 +241,13 @@ def _first_number(
         if match is not None:
             return int(match.group(group).replace(",", ""))
     return None
+
+
+def warn_unless_overflow(error: BaseException | str | None) -> None:
+    """Log a warning when a recovery is given an error that is not a context-length error."""
+    if error is not None and not is_context_overflow(error):
+        logger.warning(
+            "error=<%s> | recover_overflow was given an error that does not look like a "
+            "context-length error; compacting anyway",
+            type(error).__name__ if isinstance(error, BaseException) else "str",
+        )

@@ -274,11 +274,12 @@ async def run_pipeline(
 async def run_forced(
     call: Call,
     strategies: Sequence[Strategy],
+    budget: Budget,
     on_strategy: Callable[[str], Any] | None,
     instructions: str | None,
 ) -> Outcome:
     """Run the force-capable strategies on the full transcript; the first that applies wins."""
-    run = _Run(view=call.transcript, budget=call.budget, on_strategy=on_strategy)
+    run = _Run(view=call.transcript, budget=budget, on_strategy=on_strategy)
     for strategy in strategies:
         if not isinstance(strategy, ForceCompactionStrategy):
             continue
@@ -289,9 +290,7 @@ async def run_forced(
             continue
         if call.operation == "recover_overflow" and run.futile(call, strategy):
             continue
-        force = partial(
-            strategy.force_apply, call.transcript, call.budget, instructions=instructions
-        )
+        force = partial(strategy.force_apply, call.transcript, budget, instructions=instructions)
         if await run.step(strategy, force):
             return run.outcome()
     failed = next((step.name for step in run.steps if step.error), None)
@@ -308,8 +307,8 @@ async def run_unarchived(
     applied is discarded with its view, and the outcome says why nothing may
     be committed (`Outcome.unarchived`).
     """
-    budget = attrs.evolve(call.budget, archiving=False, archive_down=True)
-    offline = attrs.evolve(call, budget=budget, llm_blocked="", archiving=False)
+    budget = attrs.evolve(call.budget(), archiving=False, archive_down=True)
+    offline = attrs.evolve(call, llm_blocked="")
     kept = [s for s in strategies if not s.uses_llm]
     outcome = await run_pipeline(offline, kept, call.transcript, budget, None)
     step = RewriteStep(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 
 from context_engine.breaker import CircuitBreaker
-from context_engine.events import Scope
+from context_engine.events import ContextUsage, Scope
 from context_engine.messages import Message
 from context_engine.meter import Meter, Seen, starts_with
 from context_engine.pipeline import Outcome
@@ -42,6 +42,18 @@ class Remembered:
         """What the meter needs to trust provider usage anchors on the next call."""
         return Seen(self.input, self.input_estimate, self.view, self.estimate)
 
+    def usage(self, window: int, threshold: int) -> ContextUsage:
+        """The view's `ContextUsage` under ``window`` and ``threshold``."""
+        return ContextUsage(
+            tokens=self.estimate.tokens,
+            context_window=window,
+            threshold=threshold,
+            usage_tokens=self.estimate.usage_tokens,
+            trailing_tokens=self.estimate.trailing_tokens,
+            prefix_stable=self.prefix_stable,
+            prefix_reused_tokens=self.prefix_reused_tokens,
+        )
+
 
 @attrs.define
 class Session:
@@ -66,6 +78,11 @@ class Session:
         """Forget the remembered view and the stall (the breaker keeps its count)."""
         self.last = None
         self.stalled_at = None
+
+    def restart(self, transcript: tuple[Message, ...], estimate: UsageEstimate) -> None:
+        """Forget the last view; ``transcript`` becomes the baseline (`ContextEngine.reset`)."""
+        self.reset()
+        self.last = Remembered("baseline", transcript, estimate, None, transcript, estimate)
 
     def prefix(self, meter: Meter, view: tuple[Message, ...]) -> tuple[bool | None, int]:
         """Whether ``view`` keeps the last view as its prefix, and the tokens they share."""

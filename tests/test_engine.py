@@ -21,7 +21,7 @@ from context_engine import (
 )
 from context_engine.engine import ContextEngine, default_reserve
 from context_engine.invariants import check_view
-from context_engine.strategies import HardTruncate
+from context_engine.strategies import HardTruncate, Strategy
 from context_engine.testing import FixedTokenCounter, RecordingSummarizer
 from tests.fakes import Checkpointer, Exploding, ShrinkToolResults, agent_session
 
@@ -262,6 +262,11 @@ async def test_the_open_breaker_skips_only_the_llm_strategies_and_the_view_still
     assert "shrink" in [s.name for s in skipped.event.steps if s.applied]
 
 
+def use_strategies(engine: ContextEngine, *strategies: Strategy) -> None:
+    """Swap the pipeline of a live engine (its breaker and session stay)."""
+    engine._settings = attrs.evolve(engine._settings, strategies=strategies)
+
+
 async def test_successful_rewrite_closes_the_breaker() -> None:
     flaky = Exploding(name="flaky", uses_llm=True)
     engine = engine_with(flaky, window=3000, reserve_tokens=1000, max_consecutive_failures=2)
@@ -270,7 +275,7 @@ async def test_successful_rewrite_closes_the_breaker() -> None:
         await engine.project(messages)
     assert engine.breaker_state == "open"
     await engine.project(messages)  # skipped
-    engine._strategies = (Checkpointer(),)
+    use_strategies(engine, Checkpointer())
     result = await engine.project(messages)
     assert result.changed
     assert engine.breaker_state == "closed"
@@ -294,10 +299,10 @@ async def test_successful_overflow_recovery_closes_the_breaker() -> None:
         max_consecutive_failures=1,
     )
     messages = agent_session(60, result_chars=400)
-    engine._strategies = (Exploding(),)
+    use_strategies(engine, Exploding())
     await engine.project(messages)
     assert engine.breaker_state == "open"
-    engine._strategies = (ShrinkToolResults(),)
+    use_strategies(engine, ShrinkToolResults())
     recovered = await engine.recover_overflow(messages, "prompt is too long")
     assert recovered.changed
     assert engine.breaker_state == "closed"

@@ -172,7 +172,11 @@ async def run(
         prior = old[0].metadata[TRUNCATION_KEY] if old else 0
         assert marker.metadata[TRUNCATION_KEY] == prior + dropped
     else:
-        assert trimmed or any(r.kind == "tool_result" for r in result.removed)
+        checkpoint_cut = any(
+            r.kind == "text" and any(isinstance(m, ContextSummary) for m in r.originals)
+            for r in result.removed
+        )
+        assert trimmed or checkpoint_cut or any(r.kind == "tool_result" for r in result.removed)
         assert [result.messages[i] for i in found] == old  # an earlier marker stays as it was
     return result
 
@@ -489,6 +493,19 @@ def test_generated_transcripts_fit_or_reach_the_floor(
     result = asyncio.run(run(strategy, transcript, counter, threshold))
     again = asyncio.run(run(strategy, result.messages, counter, threshold, transcript=transcript))
     assert not again.applied
+
+
+async def test_when_only_the_checkpoint_can_shrink_it_is_cut_and_nothing_else_goes() -> None:
+    # Found by the property test: a checkpoint, the newest user message and the reply.
+    checkpoint = ContextSummary(
+        summary=" ".join(["step done, tests pass"] * 60), tokens_before=1000
+    )
+    transcript = [checkpoint, Message.user("fix the loop"), Message.assistant("fixed it")]
+    result = await run(HardTruncate(), transcript, FixedTokenCounter(), 144)
+    assert result.applied
+    assert [r.kind for r in result.removed] == ["text"]
+    assert result.removed[0].originals == (checkpoint,)
+    assert result.messages[1:] == tuple(transcript[1:])
 
 
 @pytest.mark.parametrize("fraction", [0.02, 0.1, 0.3, 0.6, 0.9])

@@ -1,0 +1,94 @@
+"""Which strategies one call runs, and keeping what they removed before the view goes out.
+
+`project` runs the pipeline (or reuses the last view plus what was appended);
+`compact` and `recover_overflow` run the force-capable strategies first, then
+the rest of the pipeline when the view still does not fit. `keep` writes the
+originals a rewrite removed to the archive, or falls back to view-only
+rewrites when the store fails.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from context_engine._originals import keep_within
+from context_engine.call import Call
+from context_engine.pipeline import Outcome, run_forced, run_pipeline, run_unarchived
+from context_engine.recovery import recovery_strategies
+from context_engine.session import Session
+from context_engine.strategies.base import Budget
+
+__all__ = ["keep", "rewrite"]
+
+logger = logging.getLogger("context_engine.engine")
+
+
+async def rewrite(
+    call: Call,
+    session: Session,
+    on_strategy: Callable[[str], Any] | None,
+    instructions: str | None,
+) -> Outcome:
+    """Run the strategies ``call`` needs; the view fits whenever the floor does."""
+    strategies, budget = call.settings.strategies, call.budget()
+    if call.operation == "project":
+        extended = _extended(call, session, budget)
+        if extended is not None:
+            return extended
+        return await run_pipeline(call, strategies, call.transcript, budget, on_strategy)
+    forced = await run_forced(call, strategies, budget, on_strategy, instructions)
+    if forced.tokens <= call.threshold or (
+        call.operation == "compact" and forced.forced_failed is None
+    ):
+        return forced  # a /compact that wrote its checkpoint (or had nothing to do)
+    # Finish the job with the strategies that did not run yet, so the view fits.
+    ran = {step.name for step in forced.steps}
+    rest = [s for s in strategies if not s.uses_llm or s.name not in ran]
+    if call.operation == "recover_overflow":
+        # Its view is committed: what a truncation drops is folded into the checkpoint.
+        rest = recovery_strategies(rest, strategies, summary_failed=forced.llm_failed)
+    more = await run_pipeline(
+        call, rest, forced.view, budget.with_tokens(forced.tokens), on_strategy
+    )
+    return forced.then(more)
+
+
+def _extended(call: Call, session: Session, budget: Budget) -> Outcome | None:
+    """The last projected view plus the new messages, when that still fits."""
+    view = session.extension(call.transcript)
+    if view is None:
+        return None
+    tokens = budget.measure(view)
+    if tokens > call.threshold:
+        return None
+    last = session.last
+    assert last is not None
+    assert last.outcome is not None
+    return attrs.evolve(last.outcome, view=view, tokens=tokens, steps=(), removed=(), reused=True)
+
+
+async def keep(call: Call, outcome: Outcome) -> Outcome:
+    """Archive what ``outcome`` removed before any view of it leaves the engine.
+
+    When the store fails or is too slow, the call still gets a view that
+    fits: view-only rewrites without archiving (`run_unarchived`), the step
+    says why, and nothing is committed.
+    """
+    settings = call.settings
+    if settings.archive is None or settings.session_id is None or not outcome.removed:
+        return outcome
+    problem = await keep_within(
+        settings.archive, settings.session_id, outcome.removed, settings.archive_timeout
+    )
+    if problem is None:
+        return outcome
+    logger.warning(
+        "session=<%s> | archive write failed; view-only rewrites without archiving: %s",
+        settings.session_id,
+        problem,
+    )
+    return await run_unarchived(call, settings.strategies, outcome, f"ArchiveError: {problem}")
