@@ -3,7 +3,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: demo test test-envs chromium redis-server soak lint typecheck bench bench-quick bench-peers \
+.PHONY: demo test test-envs docs chromium redis-server soak lint typecheck bench bench-quick bench-peers \
 	bench-peers-quick bench-economics bench-economics-quick bench-counting bench-fits bench-fidelity clean
 
 $(BIN)/python:
@@ -27,6 +27,12 @@ lint: $(STAMP)
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/mypy --strict context_engine
+
+# The documentation site (mkdocs.yml) into site/: offline (no web fonts, no CDN), and any
+# warning (a broken link or anchor, a page missing from the nav, a bad cross-reference in a
+# docstring) fails it. Material's banner about its successor is not a warning; it is silenced.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # The suite also runs on these interpreters, each in two virtualenvs made from the package
 # index: .venv-X.Y-core holds the core dependencies and the test tools only (every test that
@@ -59,7 +65,7 @@ endef
 
 .venv-%-all/.installed: pyproject.toml
 	$(call new_venv,$*,$(@D))
-	$(@D)/bin/pip install --quiet -e '.[test,all]'
+	$(@D)/bin/pip install --quiet -e '.[test,all,docs]'
 	touch $@
 
 # Every environment, installed side by side (the installs mostly wait on downloads).
@@ -70,7 +76,7 @@ chromium:
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium) \
 		|| echo "chromium not installed; its test will skip"
 
-test: test-envs lint redis-server chromium
+test: test-envs lint docs redis-server chromium
 	@rm -rf $(LOGS) && mkdir -p $(LOGS)
 	@( for run in $(EXTRA_RUNS); do \
 		case $$run in *-core) only="";; *) only="-m extra --require-extras";; esac; \
@@ -152,5 +158,5 @@ bench-economics-quick: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python benchmarks/economics.py --quick
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) .venv-*-core .venv-*-all $(LOGS) build dist .mypy_cache \
+	rm -rf $(VENV) $(BENCH_VENV) .venv-*-core .venv-*-all $(LOGS) build dist site .mypy_cache \
 		.pytest_cache .ruff_cache

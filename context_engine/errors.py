@@ -1,6 +1,6 @@
 """Exceptions raised by context-engine.
 
-The tree::
+The tree:
 
     ContextEngineError
     ├── InvalidMessageError (ValueError)        a message breaks the model's rules

@@ -25,6 +25,12 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "redis": ("redis",),
     "openai": ("openai",),
     "anthropic": ("anthropic",),
+    "docs": (
+        "mkdocs",
+        "material",
+        "mkdocstrings_handlers.python",
+        "mkdocs_include_markdown_plugin",
+    ),
 }
 
 

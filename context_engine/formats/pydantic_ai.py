@@ -3,7 +3,7 @@
 pydantic-ai keeps a run's history as `ModelRequest` and `ModelResponse`
 objects, each a list of parts. A request becomes one message per part the
 model reads (a system prompt, a user prompt, a tool result); a response
-becomes one assistant message::
+becomes one assistant message:
 
     ModelRequest([SystemPromptPart, UserPromptPart])      -> system, user
     ModelResponse([TextPart, ThinkingPart, ToolCallPart]) -> assistant (text, thinking, tool call)
