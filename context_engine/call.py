@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
 from context_engine._aio import call_hook
+from context_engine.assembly.assembler import removal_decisions
+from context_engine.assembly.trace import EMPTY_TRACE, AssemblyTrace
 from context_engine.breaker import CircuitBreaker
 from context_engine.errors import CompactionError
 from context_engine.events import ContextUsage, RewriteEvent, RewriteReason, Scope
@@ -27,6 +29,9 @@ from context_engine.session import Remembered, Session
 from context_engine.strategies.base import Budget, Strategy
 from context_engine.telemetry import Telemetry, set_attributes
 from context_engine.tokens import UsageEstimate
+
+if TYPE_CHECKING:
+    from context_engine.assembly.assembler import Assembly
 
 __all__ = ["Call", "Desk", "Hooks", "Operation", "finish", "mark_span"]
 
@@ -80,6 +85,8 @@ class Call:
         limit: The engine's threshold (``budget.threshold`` is lower in a recovery).
         commit_strategies: Names whose rewrite the caller should commit.
         archiving: The engine keeps originals in an archive.
+        assembly: The providers' blocks for this call (counted in ``estimate``
+            as overhead; placed into the view at the exit), or None.
     """
 
     operation: Operation
@@ -94,6 +101,7 @@ class Call:
     limit: int
     commit_strategies: frozenset[str]
     archiving: bool
+    assembly: Assembly | None = attrs.field(default=None, repr=False)
 
     @property
     def threshold(self) -> int:
@@ -145,6 +153,7 @@ async def finish(
         call.transcript, call.estimate, outcome.view, outcome.tokens
     )
     usage = _remember(call, outcome, view_estimate, commit, desk)
+    view, trace = _assembled(call, outcome, desk)
     for step in outcome.steps:
         if step.applied:
             saved = step.tokens_before - step.tokens_after
@@ -152,11 +161,13 @@ async def finish(
     event = None
     if not outcome.reused and _worth_an_event(call, outcome, usage, futile):
         event = _event(call, outcome, usage, commit, desk.session, (floor or 0) if futile else 0)
+        event = attrs.evolve(event, view=view, trace=trace) if trace is not EMPTY_TRACE else event
         _log(event)
         label = "on_recover" if call.operation == "recover_overflow" else f"on_{call.operation}"
         await call_hook(label, desk.hooks.for_operation(call.operation), event)
     fields: dict[str, Any] = {
-        "messages": outcome.view,
+        "messages": view,
+        "trace": trace,
         "usage": usage,
         "changed": outcome.changed,
         "strategy": outcome.last_applied
@@ -169,6 +180,26 @@ async def finish(
     if call.operation == "compact":
         return CompactResult(**fields, info=outcome.info)
     return RecoveryResult(**fields, info=outcome.info)
+
+
+def _assembled(
+    call: Call, outcome: Outcome, desk: Desk
+) -> tuple[tuple[Message, ...], AssemblyTrace]:
+    """The view handed to the model and the call's trace.
+
+    Context assembly's one exit hook: the provider blocks join the view here,
+    after the strategies ran on the transcript and after the session
+    remembered the transcript's view, so they are never committed, archived
+    or summarized.
+    """
+    if call.assembly is None and not outcome.removed:
+        return outcome.view, EMPTY_TRACE
+    rewrites = removal_decisions(
+        outcome.removed, desk.meter.counter, outcome.info is not None, call.archiving
+    )
+    if call.assembly is None:
+        return outcome.view, AssemblyTrace(decisions=rewrites)
+    return call.assembly.finish(outcome.view, rewrites)
 
 
 def _metric_reason(call: Call) -> str:

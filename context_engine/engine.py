@@ -30,6 +30,8 @@ from context_engine._settings import (
 )
 from context_engine._transcript import as_transcript, recovery_target
 from context_engine.archive.base import Archive
+from context_engine.assembly.assembler import Assembler, Assembly
+from context_engine.assembly.provider import ContextProvider
 from context_engine.breaker import BreakerState, CircuitBreaker
 from context_engine.call import Call, Desk, Hooks, Operation, finish, mark_span
 from context_engine.errors import ConfigurationError
@@ -88,6 +90,9 @@ class ContextEngine:
             with ``archive``).
         archive_timeout_seconds: How long one archive write may take before the
             engine gives up on it for this call (view-only rewrites still go out).
+        providers: `ContextProvider`s run on every call (or an `Assembler` with
+            rules and a budget profile); their output is budgeted with the
+            transcript and placed in the view, never in a commit or the archive.
     """
 
     def __init__(
@@ -113,6 +118,7 @@ class ContextEngine:
         archive: Archive | None = None,
         session_id: str | None = None,
         archive_timeout_seconds: float = 2.0,
+        providers: Iterable[ContextProvider] | Assembler = (),
     ) -> None:
         self._window = positive_window(context_window)
         self._archive, self._session_id = archive_settings(archive, session_id)
@@ -156,6 +162,7 @@ class ContextEngine:
         self._session = Session(breaker)
         self._last_desk: Desk | None = None
         self._telemetry = Telemetry(tracer_provider, meter_provider)
+        self._assembler = providers if isinstance(providers, Assembler) else Assembler(providers)
         warn_if_no_room(self._window, self.reserve_tokens)
 
     @classmethod
@@ -244,6 +251,19 @@ class ContextEngine:
         return self._strategies
 
     @property
+    def providers(self) -> tuple[ContextProvider, ...]:
+        """The context providers, in the order they run."""
+        return self._assembler.providers
+
+    def add_provider(self, provider: ContextProvider) -> None:
+        """Run ``provider`` on every call from now on (by priority; after equals added before).
+
+        Raises:
+            ConfigurationError: ``provider`` does not keep the `ContextProvider` contract.
+        """
+        self._assembler.add(provider)
+
+    @property
     def breaker(self) -> CircuitBreaker:
         """The circuit breaker guarding the LLM strategies."""
         return self._session.breaker
@@ -307,6 +327,7 @@ class ContextEngine:
         """
         transcript = as_transcript(messages, self._meter.checked_prefix)
         self._session.reset()
+        self._assembler.forget()
         estimate = self._meter.estimate(transcript, None)
         self._session.remember(
             Remembered("baseline", transcript, estimate, None, transcript, estimate)
@@ -319,10 +340,18 @@ class ContextEngine:
         operation: Operation,
         transcript: tuple[Message, ...],
         error: BaseException | str | None = None,
+        assembly: Assembly | None = None,
     ) -> Call:
         """The facts of one call, fixed before any strategy runs."""
         meter, session = self._meter, self._session
         estimate = meter.estimate(transcript, session.seen())
+        provided = assembly.tokens if assembly is not None else 0
+        if provided:  # context assembly: the provider blocks are overhead of this call
+            estimate = attrs.evolve(
+                estimate,
+                tokens=estimate.tokens + provided,
+                trailing_tokens=estimate.trailing_tokens + provided,
+            )
         limit = threshold = self.threshold
         reason = _reason(operation)
         if operation == "recover_overflow":
@@ -351,7 +380,7 @@ class ContextEngine:
                 threshold=threshold,
                 counter=meter.counter,
                 measure=meter.measurer(transcript, estimate),
-                overhead_tokens=meter.overhead_tokens,
+                overhead_tokens=meter.overhead_tokens + provided,
                 reason="threshold" if reason == "circuit_breaker" else reason,
                 archiving=self._archive is not None,
                 max_user_share=self._max_user_share,
@@ -363,6 +392,7 @@ class ContextEngine:
             limit=limit,
             commit_strategies=self.commit_strategies,
             archiving=self._archive is not None,
+            assembly=assembly,
         )
 
     def _desk(self) -> Desk:
@@ -383,7 +413,12 @@ class ContextEngine:
             "context_engine.breaker.state": self.breaker.state,
         }
         with self._telemetry.operation(operation, attributes) as span, shared_shapes():
-            call = self._call(operation, transcript, extra.get("error"))
+            assembly = None
+            if self._assembler.providers:  # context assembly: run the providers first
+                assembly = await self._assembler.assemble(
+                    transcript, self._meter.counter, self.threshold, operation
+                )
+            call = self._call(operation, transcript, extra.get("error"), assembly)
             if operation == "project" and call.fits:  # the common case: nothing to rewrite
                 outcome = call.unchanged()
             else:

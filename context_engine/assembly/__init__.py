@@ -8,12 +8,11 @@ docs/assembly.md.
 
 from context_engine.assembly.assembler import Assembler, Assembly
 from context_engine.assembly.budget import (
-    DEFAULT_PROFILES,
     Allocation,
     BudgetProfile,
     ProfileRegistry,
 )
-from context_engine.assembly.placement import PROVIDED_KEY, is_provided, strip_provided
+from context_engine.assembly.placement import is_provided, strip_provided
 from context_engine.assembly.provider import (
     ContextProvider,
     FetchingProvider,
@@ -38,8 +37,6 @@ from context_engine.assembly.rules import Boost, Rule, load_rules
 from context_engine.assembly.trace import Action, AssemblyTrace, Decision, DeltaKind
 
 __all__ = [
-    "DEFAULT_PROFILES",
-    "PROVIDED_KEY",
     "Action",
     "Allocation",
     "Assembler",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -39,9 +40,11 @@ from context_engine.assembly.rules import Rule, fired
 from context_engine.assembly.trace import Action, AssemblyTrace, Decision, DeltaKind
 from context_engine.errors import ConfigurationError
 from context_engine.messages import Message
-from context_engine.strategies.base import Removal
 from context_engine.structure import analyze, is_user_message
 from context_engine.tokens import TokenCounter
+
+if TYPE_CHECKING:
+    from context_engine.strategies.base import Removal
 
 __all__ = ["Assembler", "Assembly", "removal_decisions"]
 

@@ -15,7 +15,7 @@ from typing import Any, Literal, TypeAlias
 
 import attrs
 
-__all__ = ["Action", "AssemblyTrace", "Decision", "DeltaKind"]
+__all__ = ["EMPTY_TRACE", "Action", "AssemblyTrace", "Decision", "DeltaKind"]
 
 Action: TypeAlias = Literal[
     "include",
@@ -146,3 +146,7 @@ class AssemblyTrace:
     def then(self, decisions: tuple[Decision, ...]) -> AssemblyTrace:
         """This trace with ``decisions`` appended."""
         return attrs.evolve(self, decisions=self.decisions + decisions)
+
+
+EMPTY_TRACE = AssemblyTrace()
+"""The trace of a call with no providers and no rewrite: nothing was decided."""

@@ -67,14 +67,14 @@ def test_a_bad_rule_names_the_file_the_rule_and_the_field(
         load_rules(path)
     error = caught.value
     assert (error.path, error.rule, error.field) == (str(path), rule, field)
-    assert str(path) in str(error) and repr(rule) in str(error) and repr(field) in str(error)
+    assert str(error).startswith(f"{path}, rule {rule!r}, field {field!r}: ")
     assert isinstance(error, ConfigurationError)
 
 
 def test_a_file_that_is_not_toml_names_the_file(tmp_path: Path) -> None:
     path = tmp_path / "rules.toml"
     path.write_text("[[rule]\n")
-    with pytest.raises(RuleFileError, match="rules.toml: not valid TOML"):
+    with pytest.raises(RuleFileError, match=r"rules\.toml: not valid TOML"):
         load_rules(path)
 
 
