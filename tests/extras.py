@@ -25,6 +25,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "redis": ("redis",),
     "openai": ("openai",),
     "anthropic": ("anthropic",),
+    "rules": ("yaml",),
 }
 
 

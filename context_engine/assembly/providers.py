@@ -124,7 +124,7 @@ class FileProvider:
 class CallableProvider:
     """Wraps any function or coroutine function of the request (a CRM snapshot, a status)."""
 
-    function: Callable[[ProviderRequest], ProviderOutput | Awaitable[ProviderOutput]]
+    function: Callable[[ProviderRequest], ProviderOutput | str | Awaitable[ProviderOutput | str]]
     name: str
     priority: int = 50
     max_tokens: int | None = None

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
 
 from context_engine.assembly import Boost, Rule, load_rules
 from context_engine.errors import ConfigurationError, RuleFileError
+from tests.extras import needs
+
+# TOML is read by tomllib (3.11+) or tomli (the rules extra on 3.10).
+pytestmark = pytest.mark.skipif(
+    find_spec("tomllib") is None and find_spec("tomli") is None, reason=needs("rules")
+)
 
 GOOD = """
 [[rule]]
@@ -33,8 +40,8 @@ def test_a_toml_rule_file_loads_into_rules(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.extra("rules")
 def test_a_yaml_rule_file_loads_the_same_rules(tmp_path: Path) -> None:
-    pytest.importorskip("yaml")
     toml, yaml = tmp_path / "rules.toml", tmp_path / "rules.yaml"
     toml.write_text(GOOD)
     yaml.write_text(
