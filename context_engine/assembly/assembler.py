@@ -15,7 +15,7 @@ Cancellation is not caught: it stops the chain and reaches the caller.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import attrs
@@ -24,8 +24,10 @@ from context_engine.assembly.budget import Allocation, BudgetProfile
 from context_engine.assembly.caps import select
 from context_engine.assembly.placement import (
     Block,
+    Prompt,
     delta_of,
     mark,
+    newest_user,
     place,
     render_items,
     stable_hash,
@@ -40,7 +42,7 @@ from context_engine.assembly.rules import Rule, fired
 from context_engine.assembly.trace import Action, AssemblyTrace, Decision, DeltaKind
 from context_engine.errors import ConfigurationError
 from context_engine.messages import Message
-from context_engine.structure import analyze, is_user_message
+from context_engine.structure import is_user_message
 from context_engine.tokens import TokenCounter
 
 if TYPE_CHECKING:
@@ -50,7 +52,7 @@ __all__ = ["Assembler", "Assembly", "removal_decisions"]
 
 logger = logging.getLogger(__name__)
 
-_PLACEMENTS = ("stable", "volatile")
+_PLACEMENTS = ("stable", "volatile", "tail")
 
 
 def checked_provider(provider: object) -> ContextProvider:
@@ -69,7 +71,9 @@ def checked_provider(provider: object) -> ContextProvider:
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 0):
         problems.append(f"max_tokens must be None or an int >= 0, got {cap!r}")
     if provider.placement not in _PLACEMENTS:
-        problems.append(f"placement must be 'stable' or 'volatile', got {provider.placement!r}")
+        problems.append(
+            f"placement must be 'stable', 'volatile' or 'tail', got {provider.placement!r}"
+        )
     if problems:
         raise ConfigurationError(f"context provider {provider!r}: " + "; ".join(problems))
     return provider
@@ -99,11 +103,26 @@ class Assembler:
             self.add(provider)
         self.rules: tuple[Rule, ...] = tuple(rules)
         self.profile = profile
-        self._last: tuple[tuple[Message, ...], str] | None = None
+        self._last: Prompt | None = None
+        # Last call's rendered blocks and text counts: an unchanged source keeps the
+        # same message objects, so counting, comparing and caching cost nothing.
+        self._rendered: dict[str, tuple[object, tuple[Message, ...]]] = {}
+        self._counts: dict[tuple[str, str], int] = {}
 
     def add(self, provider: ContextProvider) -> None:
-        """Register ``provider``; it runs by its priority, after equals registered before it."""
-        self._registered.append(checked_provider(provider))
+        """Register ``provider``; it runs by its priority, after equals registered before it.
+
+        Raises:
+            ConfigurationError: ``provider`` breaks the contract, or another
+                provider has its name (names key the trace and the rules).
+        """
+        checked = checked_provider(provider)
+        if any(p.name == checked.name for p in self._registered):
+            raise ConfigurationError(
+                f"a context provider called {checked.name!r} is already registered; "
+                "give each provider its own name"
+            )
+        self._registered.append(checked)
         self.providers = tuple(sorted(self._registered, key=lambda p: p.priority))
 
     def forget(self) -> None:
@@ -126,11 +145,13 @@ class Assembler:
         operation: str = "project",
     ) -> Assembly:
         """Run every provider for one call whose threshold is ``room`` tokens."""
-        shape = analyze(transcript)
-        task = transcript[shape.last_user].text if shape.last_user >= 0 else ""
+        newest = newest_user(transcript)
+        task = transcript[newest].text if newest >= 0 else ""
         allocation = self.allocation(transcript, room)
         rules = fired(self.rules, task)
-        run = _Run(counter, rules)
+        if len(self._counts) > 4_096:
+            self._counts.clear()
+        run = _Run(counter, rules, self._rendered, self._counts)
         for provider in self.providers:
             request = ProviderRequest(
                 transcript=transcript,
@@ -151,13 +172,11 @@ class Assembler:
 
     def remember(
         self, view: tuple[Message, ...], blocks: Sequence[Block], counter: TokenCounter
-    ) -> tuple[DeltaKind, int, str]:
+    ) -> tuple[DeltaKind, int]:
         """Compare ``view`` with the last prompt, then make it the last prompt."""
         current = stable_hash(view, blocks)
-        previous, previous_hash = self._last if self._last is not None else (None, None)
-        delta = delta_of(view, current, previous, previous_hash, counter.count_message)
-        self._last = (view, current)
-        return delta.kind, delta.reused_tokens, current
+        delta, self._last = delta_of(view, current, self._last, counter.count_message)
+        return delta.kind, delta.reused_tokens
 
 
 def _cap(provider: ContextProvider, allocation: Allocation | None) -> int | None:
@@ -173,6 +192,8 @@ class _Run:
 
     counter: TokenCounter
     rules: tuple[Rule, ...]
+    rendered: dict[str, tuple[object, tuple[Message, ...]]]
+    counts: dict[tuple[str, str], int]
     blocks: list[Block] = attrs.field(factory=list)
     decisions: list[Decision] = attrs.field(factory=list)
     outputs: dict[str, tuple[Item | Message, ...]] = attrs.field(factory=dict)
@@ -231,11 +252,20 @@ class _Run:
         request: ProviderRequest,
     ) -> None:
         selection = select(
-            provider.name, items, pins, self.rules, request.max_tokens, self.counter.count_text
+            provider.name, items, pins, self.rules, request.max_tokens, self.count_text
         )
         self.decisions.extend(selection.decisions)
         self.outputs[provider.name] = (*(item for item, _ in pins), *items)
-        self._add(provider, render_items(provider.name, provider.role, selection.kept))
+        key = (provider.role, tuple(item.text for item in selection.kept))
+        self._add(provider, key, lambda: render_items(provider.name, provider.role, selection.kept))
+
+    def count_text(self, text: str) -> int:
+        """Tokens of ``text``, remembered across calls (a static source is counted once)."""
+        key = (self.counter.key, text)
+        tokens = self.counts.get(key)
+        if tokens is None:
+            tokens = self.counts[key] = self.counter.count_text(text)
+        return tokens
 
     def _messages(
         self, provider: ContextProvider, messages: list[Message], request: ProviderRequest
@@ -253,11 +283,20 @@ class _Run:
                 )
                 continue
             used += tokens
-            kept.append(mark(message, name))
+            kept.append(message)
             self.decisions.append(Decision(source=name, item=item, tokens=tokens, action="include"))
-        self._add(provider, tuple(kept))
+        self._add(provider, tuple(kept), lambda: tuple(mark(m, name) for m in kept))
 
-    def _add(self, provider: ContextProvider, messages: tuple[Message, ...]) -> None:
+    def _add(
+        self, provider: ContextProvider, key: object, render: Callable[[], tuple[Message, ...]]
+    ) -> None:
+        """Add the provider's block: last call's messages when they are the same."""
+        cached = self.rendered.get(provider.name)
+        if cached is not None and cached[0] == key:
+            messages = cached[1]
+        else:
+            messages = render()
+            self.rendered[provider.name] = (key, messages)
         if messages:
             self.blocks.append(Block(provider.name, provider.placement, provider.role, messages))
             self.provided += messages
@@ -286,7 +325,7 @@ class Assembly:
     ) -> tuple[tuple[Message, ...], AssemblyTrace]:
         """Place the blocks into ``view`` (what the strategies made); the view and its trace."""
         placed = place(view, self.blocks)
-        kind, reused, _ = self.assembler.remember(placed, self.blocks, self.counter)
+        kind, reused = self.assembler.remember(placed, self.blocks, self.counter)
         trace = AssemblyTrace(
             decisions=self.decisions + strategy_decisions,
             placements=tuple((b.source, b.placement, b.role) for b in self.blocks),

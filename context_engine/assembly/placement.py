@@ -11,21 +11,25 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
+from itertools import accumulate
 
 import attrs
 
 from context_engine.assembly.provider import Item, Placement
 from context_engine.assembly.trace import DeltaKind
 from context_engine.messages import Message, Role
-from context_engine.structure import analyze
+from context_engine.structure import is_user_message
 
 __all__ = [
     "PROVIDED_KEY",
     "Block",
     "Delta",
+    "Prompt",
     "delta_of",
     "is_provided",
+    "lead_end",
     "mark",
+    "newest_user",
     "place",
     "render_items",
     "stable_hash",
@@ -70,15 +74,37 @@ def strip_provided(view: Sequence[Message]) -> tuple[Message, ...]:
 
 
 def place(view: tuple[Message, ...], blocks: Sequence[Block]) -> tuple[Message, ...]:
-    """``view`` with ``blocks`` placed: stable after the system prompt, volatile before the task."""
+    """``view`` with ``blocks`` placed.
+
+    Stable blocks go after the system prompt, volatile ones before the newest
+    user message (at the end when there is none), tail ones after the last message.
+    """
     stable = tuple(m for b in blocks if b.placement == "stable" for m in b.messages)
     volatile = tuple(m for b in blocks if b.placement == "volatile" for m in b.messages)
-    if not stable and not volatile:
+    tail = tuple(m for b in blocks if b.placement == "tail" for m in b.messages)
+    if not stable and not volatile and not tail:
         return view
-    shape = analyze(view)
-    lead = shape.lead_end
-    task = shape.last_user if shape.last_user >= lead else len(view)
-    return view[:lead] + stable + view[lead:task] + volatile + view[task:]
+    lead = lead_end(view)
+    task = newest_user(view)
+    if task < lead:
+        task = len(view)
+    return view[:lead] + stable + view[lead:task] + volatile + view[task:] + tail
+
+
+def lead_end(view: Sequence[Message]) -> int:
+    """How many system/developer messages ``view`` starts with."""
+    end = 0
+    while end < len(view) and view[end].role in ("system", "developer"):
+        end += 1
+    return end
+
+
+def newest_user(view: Sequence[Message]) -> int:
+    """Index of the newest message the user wrote, or -1 (a scan from the end)."""
+    for index in range(len(view) - 1, -1, -1):
+        if is_user_message(view[index]):
+            return index
+    return -1
 
 
 @attrs.frozen
@@ -87,14 +113,27 @@ class Delta:
 
     kind: DeltaKind
     reused_tokens: int
+
+
+@attrs.frozen
+class Prompt:
+    """A prompt as the next comparison needs it.
+
+    ``cumulative`` holds the token prefix sums of the leading messages counted
+    so far (``cumulative[i]``: tokens of ``view[:i]``); the next comparison
+    counts only the messages between that and the prefix it shares.
+    """
+
+    view: tuple[Message, ...]
     stable_hash: str
+    cumulative: tuple[int, ...] = (0,)
 
 
 def stable_hash(view: tuple[Message, ...], blocks: Sequence[Block]) -> str:
     """Hash of the system prompt and the stable provider blocks placed after it."""
     digest = hashlib.sha256()
     stable = (m for b in blocks if b.placement == "stable" for m in b.messages)
-    for message in (*view[: analyze(view).lead_end], *stable):
+    for message in (*view[: lead_end(view)], *stable):
         digest.update(repr((message.role, message.text)).encode())
     return digest.hexdigest()
 
@@ -102,26 +141,29 @@ def stable_hash(view: tuple[Message, ...], blocks: Sequence[Block]) -> str:
 def delta_of(
     view: tuple[Message, ...],
     current: str,
-    previous: tuple[Message, ...] | None,
-    previous_hash: str | None,
+    previous: Prompt | None,
     count: Callable[[Message], int],
-) -> Delta:
+) -> tuple[Delta, Prompt]:
     """Compare ``view`` (stable hash ``current``) with the previous prompt.
 
-    Returns its kind and the tokens of the leading messages the two share.
+    Returns its kind and the tokens of the leading messages the two share, and
+    ``view`` as the next call's previous prompt.
     """
     if previous is None:
-        return Delta("first", 0, current)
+        return Delta("first", 0), Prompt(view, current)
     shared = 0
-    for mine, theirs in zip(view, previous, strict=False):
+    for mine, theirs in zip(view, previous.view, strict=False):
         if mine is not theirs and mine != theirs:
             break
         shared += 1
-    reused = sum(map(count, view[:shared]))
-    if current != previous_hash:
+    known = previous.cumulative[: shared + 1]
+    if len(known) <= shared:  # count only what the last comparison did not
+        more = accumulate(map(count, view[len(known) - 1 : shared]), initial=known[-1])
+        known += tuple(more)[1:]
+    if current != previous.stable_hash:
         kind: DeltaKind = "full_rebuild"
-    elif shared == len(previous):
+    elif shared == len(previous.view):
         kind = "append_only"
     else:
         kind = "history_only"
-    return Delta(kind, reused, current)
+    return Delta(kind, known[-1]), Prompt(view, current, known)

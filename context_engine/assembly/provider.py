@@ -27,9 +27,11 @@ __all__ = [
     "Share",
 ]
 
-Placement: TypeAlias = Literal["stable", "volatile"]
+Placement: TypeAlias = Literal["stable", "volatile", "tail"]
 """``stable``: right after the system prompt, part of the cached prefix;
-``volatile``: just before the newest user message, so a change never moves the prefix."""
+``volatile``: just before the newest user message, so a change never moves the
+prefix before it; ``tail``: after the last message, so a change never moves any
+of the prefix (for agent loops, where the newest user message is far back)."""
 
 Share: TypeAlias = Literal["preferences", "long_term", "retrieval"]
 """The `BudgetProfile` share a provider's output counts against."""
@@ -92,7 +94,7 @@ class ContextProvider(Protocol):
             order. The built-in providers leave gaps (10, 20, 30, ...) so yours
             can slot in between.
         max_tokens: Cap on this source's output, or None.
-        placement: ``stable`` or ``volatile`` (`Placement`).
+        placement: ``stable``, ``volatile`` or ``tail`` (`Placement`).
         share: The `BudgetProfile` share the output counts against, or None.
         role: The role of the message items are rendered into.
     """

@@ -21,6 +21,7 @@ from context_engine.assembly import (
     ProviderRequest,
     RetrievalProvider,
     Rule,
+    StaticProvider,
     replay,
     strip_provided,
 )
@@ -105,11 +106,18 @@ async def test_none_adds_nothing_and_a_wrong_type_is_recorded() -> None:
     assert [d.reason for d in assembly.decisions] == ["returned int: expected Messages or Items"]
 
 
+def test_two_providers_with_one_name_are_refused() -> None:
+    assembler = Assembler([StaticProvider(text="a", name="rules")])
+    with pytest.raises(ConfigurationError, match="'rules' is already registered"):
+        assembler.add(StaticProvider(text="b", name="rules"))
+    assert [p.name for p in assembler.providers] == ["rules"]
+
+
 def test_a_provider_missing_the_contract_is_refused_with_what_it_lacks() -> None:
     with pytest.raises(ConfigurationError, match="not a ContextProvider"):
         Assembler([object()])  # type: ignore[list-item]
     bad = CallableProvider(function=lambda r: None, name="x", placement="middle")  # type: ignore[arg-type]
-    with pytest.raises(ConfigurationError, match="placement must be 'stable' or 'volatile'"):
+    with pytest.raises(ConfigurationError, match="placement must be 'stable', 'volatile' or"):
         Assembler([bad])
 
 
@@ -240,6 +248,19 @@ async def test_stable_goes_after_the_system_prompt_and_volatile_before_the_task(
     ]
     assert strip_provided(view) == history
     assert trace.delta == "first"
+
+
+async def test_a_tail_block_goes_after_the_last_message_of_an_agent_step() -> None:
+    ticks = iter(range(10))
+    assembler = Assembler(
+        [CallableProvider(function=lambda r: f"tick {next(ticks)}", name="s", placement="tail")]
+    )
+    history = (Message.system("S"), Message.user("task"), Message.assistant("step 1"))
+    view, _ = (await assemble(assembler, history)).finish(history)
+    assert [m.text for m in view] == ["S", "task", "step 1", "tick 0"]
+    longer = (*history, Message.assistant("step 2"))
+    view, trace = (await assemble(assembler, longer)).finish(longer)
+    assert trace.reused_tokens == sum(map(COUNTER.count_message, history))
 
 
 async def test_a_volatile_change_keeps_the_prefix_and_a_stable_change_rebuilds() -> None:
