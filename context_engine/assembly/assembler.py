@@ -336,6 +336,14 @@ class Assembly:
         return placed, trace
 
 
+_REASONS: dict[str, str] = {
+    "clear": "tool result replaced by a placeholder to fit the window",
+    "trim": "text shortened, with a marker, to fit the window",
+    "summary": "messages replaced by a checkpoint to fit the window",
+    "truncate": "messages dropped by the last resort to fit the window",
+}
+
+
 def removal_decisions(
     removed: Sequence[Removal], counter: TokenCounter, checkpoint: bool, archiving: bool
 ) -> tuple[Decision, ...]:
@@ -363,7 +371,7 @@ def removal_decisions(
                 item=item,
                 tokens=sum(map(counter.count_message, originals)),
                 action=action,
-                reason=f"{kind} rewritten by the strategies to fit the window",
+                reason=_REASONS[action],
                 reference=removal.reference if archiving else None,
             )
         )

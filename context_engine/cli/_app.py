@@ -179,6 +179,12 @@ def _add_replay(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     parser.add_argument("--summarizer", default="extractive", metavar="SPEC", help=_SUMMARIZER_HELP)
     parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="print every rewrite's assembly trace: each clear, trim, summary and truncation "
+        "with its tokens, reason and archive reference",
+    )
+    parser.add_argument(
         "--archive",
         metavar="URL",
         help="store every original a rewrite removes in this archive (sqlite:PATH, "

@@ -22,7 +22,7 @@ from context_engine.cli._common import (
 from context_engine.cli._html import render_html
 from context_engine.cli._inspect import inspect_messages
 from context_engine.cli._output import Output, emit_json, write_text
-from context_engine.cli._present import num, show_inspect, show_replay
+from context_engine.cli._present import num, show_inspect, show_replay, show_trace
 from context_engine.cli.replay import ReplayReport, replay
 from context_engine.engine import ContextEngine
 from context_engine.errors import CompactionError, ContextEngineError
@@ -233,6 +233,8 @@ def run_replay(args: argparse.Namespace, out: Output) -> int:
             session_id=session if archive is not None else None,
         )
         code = _publish(report, args, out, f"Replay of {Path(transcript.source).name}")
+        if args.trace:
+            show_trace(report, out)
         if archive is not None:
             report_archive(archive, session, args.archive, out)
     finally:

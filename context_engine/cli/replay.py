@@ -73,6 +73,8 @@ class RewriteRecord:
         tokens_after: Tokens of the view.
         strategies_tried: ``name`` for each strategy run, ``name*`` when it applied.
         futile: The untouchable part alone was above the target.
+        decisions: The rewrite's `AssemblyTrace` decisions, as JSON-ready data
+            (what was cleared, trimmed, summarized or truncated, with references).
     """
 
     call: int
@@ -85,6 +87,7 @@ class RewriteRecord:
     tokens_after: int
     strategies_tried: tuple[str, ...] = ()
     futile: bool = False
+    decisions: tuple[dict[str, Any], ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -188,6 +191,7 @@ def _record(event: RewriteEvent, call: int, step: int) -> RewriteRecord:
         tokens_after=event.tokens_after,
         strategies_tried=tuple(f"{s.name}{'*' if s.applied else ''}" for s in event.steps),
         futile=event.futile,
+        decisions=tuple(decision.as_dict() for decision in event.trace.decisions),
     )
 
 

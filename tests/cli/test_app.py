@@ -239,3 +239,16 @@ def test_tables_are_plain_text_without_rich(cli: Runner, long_file: Path) -> Non
     assert re.search(r"^calls +rewrites +reason +strategy", plain.stdout, re.MULTILINE)
     assert re.search(r"^-+  -+  -+", plain.stdout, re.MULTILINE)
     assert "full_summary (committed)" in plain.stdout
+
+
+def test_replay_trace_prints_every_rewrites_decisions(
+    cli: Runner, long_file: Path, tmp_path: Path
+) -> None:
+    ran = cli("replay", long_file, "--window", "8192", "--trace", "--json", tmp_path / "r.json")
+    assert ran.code == 0, ran.stderr
+    data = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
+    decisions = [d for rewrite in data["rewrites"] for d in rewrite["decisions"]]
+    assert any(d["action"] == "summary" for d in decisions)
+    assert f"Assembly trace ({len(data['rewrites'])} rewrite(s)):" in ran.stdout
+    for decision in decisions:
+        assert f"{decision['source']}:{decision['item']}" in ran.stdout
