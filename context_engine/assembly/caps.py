@@ -8,7 +8,7 @@ import attrs
 
 from context_engine.assembly.provider import Item
 from context_engine.assembly.rules import Rule, Verdict
-from context_engine.assembly.trace import Decision
+from context_engine.assembly.trace import Action, Decision
 
 __all__ = ["Selection", "select"]
 
@@ -37,82 +37,72 @@ def select(
     with the rule's name) come first and are kept past the cap; the others are
     dropped lowest-relevance first until the source fits ``cap``.
     """
-    decisions: list[Decision] = []
+    log = _Log(source)
     pinned_ids = {item.id for item, _ in pinned}
+    scored = _judged([i for i in items if i.id not in pinned_ids], rules, count, log)
+    pins = [(item, _tokens(item, count), rule) for item, rule in pinned]
+    room = None if cap is None else cap - sum(tokens for _, tokens, _ in pins)
+    dropped = _over_cap(scored, room, cap, log)
+    for item, tokens, rule in pins:
+        past = f", past the source's cap of {cap} tokens" if room is not None and room < 0 else ""
+        log.add(item, tokens, "always_include", f"rule {rule!r} always includes it{past}")
+    kept = [item for item, _, _ in pins]
+    for index, (item, tokens) in enumerate(scored):
+        if index not in dropped:
+            kept.append(item)
+            log.add(item, tokens, "include", f"relevance {item.relevance:g}")
+    return Selection(tuple(kept), tuple(log.decisions))
+
+
+@attrs.define
+class _Log:
+    """The decisions about one source's items, in the order they are made."""
+
+    source: str
+    decisions: list[Decision] = attrs.field(factory=list)
+
+    def add(self, item: Item, tokens: int, action: Action, reason: str) -> None:
+        self.decisions.append(
+            Decision(source=self.source, item=item.id, tokens=tokens, action=action, reason=reason)
+        )
+
+
+def _judged(
+    items: Sequence[Item], rules: Sequence[Rule], count: Callable[[str], int], log: _Log
+) -> list[tuple[Item, int]]:
+    """The items no rule excludes, boosted, most relevant first, with their tokens."""
     scored: list[tuple[Item, int]] = []
     for item in items:
-        if item.id in pinned_ids:
-            continue
         tokens = _tokens(item, count)
-        verdict = Verdict.of(item.id, source, rules)
+        verdict = Verdict.of(item.id, log.source, rules)
         if verdict.excluded_by is not None:
             rule, glob = verdict.excluded_by
-            decisions.append(
-                Decision(
-                    source=source,
-                    item=item.id,
-                    tokens=tokens,
-                    action="exclude",
-                    reason=f"rule {rule!r} excludes {glob}",
-                )
-            )
+            log.add(item, tokens, "exclude", f"rule {rule!r} excludes {glob}")
             continue
         if verdict.boosted_by:
             item = attrs.evolve(item, relevance=item.relevance * verdict.weight)
-            decisions.append(
-                Decision(
-                    source=source,
-                    item=item.id,
-                    tokens=tokens,
-                    action="boost",
-                    reason="; ".join(verdict.boosted_by) + f" -> relevance {item.relevance:g}",
-                )
-            )
+            why = "; ".join(verdict.boosted_by) + f" -> relevance {item.relevance:g}"
+            log.add(item, tokens, "boost", why)
         scored.append((item, tokens))
     scored.sort(key=lambda pair: -pair[0].relevance)  # sort is stable: ties keep their order
-    kept_pins = [(item, _tokens(item, count), rule) for item, rule in pinned]
-    room = None if cap is None else cap - sum(tokens for _, tokens, _ in kept_pins)
-    total = sum(tokens for _, tokens in scored)
+    return scored
+
+
+def _over_cap(
+    scored: list[tuple[Item, int]], room: int | None, cap: int | None, log: _Log
+) -> set[int]:
+    """Indexes of ``scored`` to drop, lowest relevance first, until the rest fit ``room``."""
     dropped: set[int] = set()
-    for index in range(len(scored) - 1, -1, -1):  # lowest relevance first
+    total = sum(tokens for _, tokens in scored)
+    for index in range(len(scored) - 1, -1, -1):
         if room is None or total <= room:
             break
         item, tokens = scored[index]
         total -= tokens
         dropped.add(index)
-        decisions.append(
-            Decision(
-                source=source,
-                item=item.id,
-                tokens=tokens,
-                action="drop",
-                reason=f"over the source's cap of {cap} tokens (relevance {item.relevance:g})",
-            )
-        )
-    for item, tokens, rule in kept_pins:
-        reason = f"rule {rule!r} always includes it"
-        if cap is not None and room is not None and room < 0:
-            reason += f", past the source's cap of {cap} tokens"
-        decisions.append(
-            Decision(
-                source=source, item=item.id, tokens=tokens, action="always_include", reason=reason
-            )
-        )
-    kept = [item for item, _, _ in kept_pins]
-    for index, (item, tokens) in enumerate(scored):
-        if index in dropped:
-            continue
-        kept.append(item)
-        decisions.append(
-            Decision(
-                source=source,
-                item=item.id,
-                tokens=tokens,
-                action="include",
-                reason=f"relevance {item.relevance:g}",
-            )
-        )
-    return Selection(tuple(kept), tuple(decisions))
+        why = f"over the source's cap of {cap} tokens (relevance {item.relevance:g})"
+        log.add(item, tokens, "drop", why)
+    return dropped
 
 
 def _tokens(item: Item, count: Callable[[str], int]) -> int:

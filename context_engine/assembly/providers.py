@@ -2,7 +2,8 @@
 
 Priorities leave gaps (10, 20, 30, 40, 50) so your own providers can slot in
 between. Each is an ordinary `ContextProvider`: construct it with keyword
-arguments to change its name, priority, cap, placement, share or role.
+arguments to change its name, priority, cap, placement, share or role (the
+settings they share are documented on `_Source`).
 """
 
 from __future__ import annotations
@@ -38,16 +39,33 @@ __all__ = [
 
 
 @attrs.define(kw_only=True)
-class StaticProvider:
+class _Source:
+    """The `ContextProvider` settings every ready-made provider has; subclasses change defaults.
+
+    Attributes:
+        name: Identifier in the trace, logs and rules.
+        priority: Lower runs first.
+        max_tokens: Cap on the output, or None.
+        placement: ``stable`` (the default here), ``volatile`` or ``tail``.
+        share: The `BudgetProfile` share the output counts against, or None.
+        role: The role of the message the items are rendered into.
+    """
+
+    name: str
+    priority: int = 50
+    max_tokens: int | None = None
+    placement: Placement = "stable"
+    share: Share | None = None
+    role: Role = "system"
+
+
+@attrs.define(kw_only=True)
+class StaticProvider(_Source):
     """The same text on every call (house rules, a glossary): stable by default."""
 
     text: str
     name: str = "static"
     priority: int = 10
-    max_tokens: int | None = None
-    placement: Placement = "stable"
-    share: Share | None = None
-    role: Role = "system"
 
     async def provide(self, request: ProviderRequest) -> ProviderOutput:
         """The text as one item, or nothing when it is empty."""
@@ -59,7 +77,7 @@ def _today() -> _dt.date:
 
 
 @attrs.define(kw_only=True)
-class HeaderProvider:
+class HeaderProvider(_Source):
     """Who the agent works for and today's date (seed 001's identity-and-date header).
 
     The date has day resolution so a stable header changes once a day, not on
@@ -70,10 +88,7 @@ class HeaderProvider:
     today: Callable[[], _dt.date] = _today
     name: str = "header"
     priority: int = 10
-    max_tokens: int | None = None
-    placement: Placement = "stable"
     share: Share | None = "preferences"
-    role: Role = "system"
 
     async def provide(self, request: ProviderRequest) -> ProviderOutput:
         """``key: value`` lines of the identity, then the date."""
@@ -83,7 +98,7 @@ class HeaderProvider:
 
 
 @attrs.define(kw_only=True)
-class FileProvider:
+class FileProvider(_Source):
     """Files under ``root`` (a rules file, design notes), each read up to ``max_bytes``.
 
     Item ids are the paths relative to ``root`` (what rules' globs match); a
@@ -96,10 +111,7 @@ class FileProvider:
     max_bytes: int = 32_000
     name: str = "files"
     priority: int = 20
-    max_tokens: int | None = None
-    placement: Placement = "stable"
     share: Share | None = "long_term"
-    role: Role = "system"
 
     async def provide(self, request: ProviderRequest) -> ProviderOutput:
         """Every listed file that exists, in the order listed."""
@@ -121,15 +133,11 @@ class FileProvider:
 
 
 @attrs.define(kw_only=True)
-class CallableProvider:
+class CallableProvider(_Source):
     """Wraps any function or coroutine function of the request (a CRM snapshot, a status)."""
 
     function: Callable[[ProviderRequest], ProviderOutput | str | Awaitable[ProviderOutput | str]]
-    name: str
-    priority: int = 50
-    max_tokens: int | None = None
     placement: Placement = "volatile"
-    share: Share | None = None
     role: Role = "user"
 
     async def provide(self, request: ProviderRequest) -> ProviderOutput:
@@ -174,14 +182,13 @@ class InMemoryRetriever:
 
 
 @attrs.define(kw_only=True)
-class RetrievalProvider:
+class RetrievalProvider(_Source):
     """Hits of a `Retriever` for the task (the newest user message)."""
 
     retriever: Retriever
     limit: int = 8
     name: str = "retrieval"
     priority: int = 40
-    max_tokens: int | None = None
     placement: Placement = "volatile"
     share: Share | None = "retrieval"
     role: Role = "user"
@@ -194,16 +201,13 @@ class RetrievalProvider:
 
 
 @attrs.define(kw_only=True)
-class SessionMemoryProvider:
+class SessionMemoryProvider(_Source):
     """The session-memory seed's text (the same function `SessionMemory` reads), as context."""
 
     seed: Callable[[], str | Awaitable[str]]
     name: str = "session_memory"
     priority: int = 30
-    max_tokens: int | None = None
-    placement: Placement = "stable"
     share: Share | None = "long_term"
-    role: Role = "system"
 
     async def provide(self, request: ProviderRequest) -> ProviderOutput:
         """The memory text as one item; nothing when it is empty."""

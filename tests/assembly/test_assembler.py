@@ -333,3 +333,67 @@ async def test_the_transcript_given_to_providers_is_never_changed() -> None:
     transcript = tuple(attrs.evolve(m) for m in TRANSCRIPT)
     await assemble(Assembler([CallableProvider(function=greedy, name="g")]), transcript)
     assert transcript == TRANSCRIPT
+
+
+async def test_a_budget_profile_caps_each_source_by_its_share() -> None:
+    from context_engine.assembly import BudgetProfile
+
+    items = [Item(id=f"hit{i}", text="y" * 400, relevance=1 - i / 100) for i in range(40)]
+    retrieval = CallableProvider(function=lambda r: items, name="kb", share="retrieval")
+    assembler = Assembler([retrieval], profile=BudgetProfile(name="default"))
+    assembly = await assembler.assemble(TRANSCRIPT, COUNTER, room=4_500)
+    share = int((4_000 - 400) * 0.45)  # 500 for the system prompt, 10 % preferences
+    kept = sum(d.tokens for d in assembly.decisions if d.action == "include")
+    assert 0 < kept <= share
+    assert next(d.item for d in assembly.decisions if d.action == "drop") == "hit39"
+
+
+async def test_a_zero_budget_profile_leaves_only_what_rules_pin(project: Path) -> None:
+    from context_engine.assembly import BudgetProfile
+
+    files = FileProvider(root=project, paths=["docs/style.md"])
+    zero = BudgetProfile(
+        name="external",
+        preferences=0,
+        history=0,
+        history_without_retrieval=0,
+        long_term=0,
+        retrieval=0,
+    )
+    assembly = await assemble(Assembler([files], rules=[AUTH], profile=zero))
+    assert [d.item for d in assembly.decisions if d.action == "drop"] == ["docs/style.md"]
+    assert [d.item for d in assembly.decisions if d.action == "always_include"] == [
+        "docs/security-decisions.md"
+    ]
+
+
+async def test_the_header_names_the_identity_and_the_day() -> None:
+    import datetime as dt
+
+    from context_engine.assembly import HeaderProvider
+
+    header = HeaderProvider(identity={"Tenant": "acme"}, today=lambda: dt.date(2026, 3, 1))
+    assembly = await assemble(Assembler([header]))
+    assert assembly.blocks[0].messages[0].text == "Tenant: acme\nDate: 2026-03-01"
+    assert assembly.blocks[0].placement == "stable"
+
+
+async def test_the_session_memory_provider_reads_the_seed_and_skips_an_empty_one() -> None:
+    from context_engine.assembly import SessionMemoryProvider
+
+    memory = {"text": "User prefers pytest."}
+
+    async def seed() -> str:
+        return memory["text"]
+
+    assembler = Assembler([SessionMemoryProvider(seed=seed)])
+    assert (await assemble(assembler)).blocks[0].messages[0].text == "User prefers pytest."
+    memory["text"] = "  "
+    assert (await assemble(assembler)).blocks == ()
+
+
+async def test_an_unchanged_block_keeps_its_message_objects_between_calls() -> None:
+    assembler = Assembler([StaticProvider(text="house rules", name="rules")])
+    first = await assemble(assembler)
+    second = await assemble(assembler)
+    assert second.blocks[0].messages[0] is first.blocks[0].messages[0]
