@@ -349,17 +349,10 @@ async def test_a_budget_profile_caps_each_source_by_its_share() -> None:
 
 
 async def test_a_zero_budget_profile_leaves_only_what_rules_pin(project: Path) -> None:
-    from context_engine.assembly import BudgetProfile
+    from context_engine.assembly import ProfileRegistry
 
     files = FileProvider(root=project, paths=["docs/style.md"])
-    zero = BudgetProfile(
-        name="external",
-        preferences=0,
-        history=0,
-        history_without_retrieval=0,
-        long_term=0,
-        retrieval=0,
-    )
+    zero, _ = ProfileRegistry().get("external")
     assembly = await assemble(Assembler([files], rules=[AUTH], profile=zero))
     assert [d.item for d in assembly.decisions if d.action == "drop"] == ["docs/style.md"]
     assert [d.item for d in assembly.decisions if d.action == "always_include"] == [
