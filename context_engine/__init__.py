@@ -3,6 +3,15 @@
 from importlib.metadata import PackageNotFoundError, version
 
 from context_engine.archive.base import Archive
+from context_engine.assembly import (
+    AssemblyTrace,
+    BudgetProfile,
+    ContextProvider,
+    Decision,
+    Item,
+    ProviderRequest,
+    Rule,
+)
 from context_engine.commands import CompactCommand, parse_compact_command
 from context_engine.engine import CompactResult, ContextEngine, Projection, RecoveryResult
 from context_engine.errors import (
@@ -13,6 +22,7 @@ from context_engine.errors import (
     ContextEngineError,
     InvalidMessageError,
     RecallError,
+    RuleFileError,
     SummarizerError,
     SummaryTimeoutError,
     TranscriptFormatError,
@@ -60,8 +70,10 @@ except PackageNotFoundError:  # running from a source tree that was never instal
 __all__ = [
     "Archive",
     "ArchiveError",
+    "AssemblyTrace",
     "BlockingCallInEventLoopError",
     "Budget",
+    "BudgetProfile",
     "CompactCommand",
     "CompactResult",
     "CompactStep",
@@ -69,16 +81,20 @@ __all__ = [
     "ConfigurationError",
     "ContextEngine",
     "ContextEngineError",
+    "ContextProvider",
     "ContextSummary",
     "ContextUsage",
+    "Decision",
     "ExtractiveSummarizer",
     "HeuristicCounter",
     "ImageBlock",
     "InvalidMessageError",
+    "Item",
     "Message",
     "ModelCallStep",
     "ProjectStep",
     "Projection",
+    "ProviderRequest",
     "RecallError",
     "RecoverStep",
     "RecoveryResult",
@@ -86,6 +102,8 @@ __all__ = [
     "Removal",
     "RewriteEvent",
     "RewriteStep",
+    "Rule",
+    "RuleFileError",
     "Snapshot",
     "StrategyResult",
     "Summarizer",

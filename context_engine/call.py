@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 
 from context_engine._aio import call_hook
 from context_engine._settings import Settings
 from context_engine._transcript import recovery_target
+from context_engine.assembly.assembler import removal_decisions
+from context_engine.assembly.trace import EMPTY_TRACE, AssemblyTrace
 from context_engine.breaker import CircuitBreaker
 from context_engine.errors import CompactionError
 from context_engine.events import ContextUsage, RewriteEvent, RewriteReason, Scope
@@ -29,6 +31,9 @@ from context_engine.session import Remembered, Session
 from context_engine.strategies.base import Budget, Strategy
 from context_engine.telemetry import Telemetry, set_attributes
 from context_engine.tokens import UsageEstimate
+
+if TYPE_CHECKING:
+    from context_engine.assembly.assembler import Assembly
 
 __all__ = ["Call", "Desk", "Hooks", "Operation", "finish", "mark_span", "open_call"]
 
@@ -78,6 +83,8 @@ class Call:
         failures: The breaker's count when the call started.
         settings: The engine's settings when the call started.
         meter: The engine's meter (estimates and floors of views).
+        assembly: The providers' blocks for this call (counted in ``estimate``
+            as overhead; placed into the view at the exit), or None.
     """
 
     operation: Operation
@@ -89,6 +96,7 @@ class Call:
     failures: int
     settings: Settings = attrs.field(repr=False)
     meter: Meter = attrs.field(repr=False)
+    assembly: Assembly | None = attrs.field(default=None, repr=False)
 
     @property
     def fits(self) -> bool:
@@ -114,7 +122,7 @@ class Call:
             threshold=self.threshold,
             counter=meter.counter,
             measure=meter.measurer(self.transcript, self.estimate),
-            overhead_tokens=meter.overhead_tokens,
+            overhead_tokens=meter.overhead_tokens + (self.assembly.tokens if self.assembly else 0),
             reason="threshold" if self.reason == "circuit_breaker" else self.reason,
             archiving=settings.archiving,
             max_user_share=settings.max_user_share,
@@ -145,6 +153,7 @@ def open_call(
     meter: Meter,
     telemetry: Telemetry,
     error: BaseException | str | None = None,
+    assembly: Assembly | None = None,
 ) -> Call:
     """The facts of one call, fixed before any strategy runs.
 
@@ -153,6 +162,12 @@ def open_call(
     transcript has not grown since they last failed to fit it.
     """
     estimate = meter.estimate(transcript, session.seen())
+    if assembly is not None and assembly.tokens:  # the provider blocks are overhead of this call
+        estimate = attrs.evolve(
+            estimate,
+            tokens=estimate.tokens + assembly.tokens,
+            trailing_tokens=estimate.trailing_tokens + assembly.tokens,
+        )
     threshold = settings.threshold
     failures = session.breaker.failures  # before a skip ends the cool-down
     reason: RewriteReason = "threshold"
@@ -183,6 +198,7 @@ def open_call(
         failures=failures,
         settings=settings,
         meter=meter,
+        assembly=assembly,
     )
 
 
@@ -207,7 +223,13 @@ async def finish(
     """
     if call.operation == "compact" and (outcome.forced_failed or outcome.unarchived):
         raise _compact_failed(outcome)
-    if call.reason == "threshold" and call.fits and not outcome.steps and not outcome.reused:
+    if (
+        call.reason == "threshold"
+        and call.fits
+        and call.assembly is None
+        and not outcome.steps
+        and not outcome.reused
+    ):
         # The common case (a `project` that fits): the input is the new baseline, no report.
         usage = _remember(call, outcome, call.estimate, None, desk)
         return Projection(messages=outcome.view, usage=usage, changed=False)
@@ -221,6 +243,7 @@ async def finish(
         call.transcript, call.estimate, outcome.view, outcome.tokens
     )
     usage = _remember(call, outcome, view_estimate, commit, desk)
+    view, trace = _assembled(call, outcome, desk)
     for step in outcome.steps:
         if step.applied:
             saved = step.tokens_before - step.tokens_after
@@ -228,11 +251,13 @@ async def finish(
     event = None
     if not outcome.reused and _worth_an_event(call, outcome, usage, futile):
         event = _event(call, outcome, usage, commit, desk.session, (floor or 0) if futile else 0)
+        event = attrs.evolve(event, view=view, trace=trace) if trace is not EMPTY_TRACE else event
         _log(event)
         label = "on_recover" if call.operation == "recover_overflow" else f"on_{call.operation}"
         await call_hook(label, desk.hooks.for_operation(call.operation), event)
     fields: dict[str, Any] = {
-        "messages": outcome.view,
+        "messages": view,
+        "trace": trace,
         "usage": usage,
         "changed": outcome.changed,
         "strategy": outcome.last_applied
@@ -245,6 +270,26 @@ async def finish(
     if call.operation == "compact":
         return CompactResult(**fields, info=outcome.info)
     return RecoveryResult(**fields, info=outcome.info)
+
+
+def _assembled(
+    call: Call, outcome: Outcome, desk: Desk
+) -> tuple[tuple[Message, ...], AssemblyTrace]:
+    """The view handed to the model and the call's trace.
+
+    Context assembly's one exit hook: the provider blocks join the view here,
+    after the strategies ran on the transcript and after the session
+    remembered the transcript's view, so they are never committed, archived
+    or summarized.
+    """
+    if call.assembly is None and not outcome.removed:
+        return outcome.view, EMPTY_TRACE
+    rewrites = removal_decisions(
+        outcome.removed, desk.meter.counter, outcome.info is not None, call.settings.archiving
+    )
+    if call.assembly is None:
+        return outcome.view, AssemblyTrace(decisions=rewrites)
+    return call.assembly.finish(outcome.view, rewrites)
 
 
 def _metric_reason(call: Call) -> str:

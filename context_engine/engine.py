@@ -30,6 +30,8 @@ from context_engine._settings import (
 )
 from context_engine._transcript import as_transcript
 from context_engine.archive.base import Archive
+from context_engine.assembly.assembler import Assembler
+from context_engine.assembly.provider import ContextProvider
 from context_engine.breaker import BreakerState, CircuitBreaker
 from context_engine.call import Desk, Hooks, Operation, finish, mark_span, open_call
 from context_engine.events import ContextUsage, Snapshot
@@ -84,6 +86,9 @@ class ContextEngine:
             with ``archive``).
         archive_timeout_seconds: How long one archive write may take before the
             engine gives up on it for this call (view-only rewrites still go out).
+        providers: `ContextProvider`s run on every call (or an `Assembler` with
+            rules and a budget profile); their output is budgeted with the
+            transcript and placed in the view, never in a commit or the archive.
     """
 
     def __init__(
@@ -109,6 +114,7 @@ class ContextEngine:
         archive: Archive | None = None,
         session_id: str | None = None,
         archive_timeout_seconds: float = 2.0,
+        providers: Iterable[ContextProvider] | Assembler = (),
     ) -> None:
         self._settings: Settings = checked_settings(
             context_window=context_window,
@@ -136,6 +142,7 @@ class ContextEngine:
         self._session = Session(breaker)
         self._last_desk: Desk | None = None
         self._telemetry = Telemetry(tracer_provider, meter_provider)
+        self._assembler = providers if isinstance(providers, Assembler) else Assembler(providers)
 
     @classmethod
     def default(
@@ -210,6 +217,19 @@ class ContextEngine:
         return self._settings.strategies
 
     @property
+    def providers(self) -> tuple[ContextProvider, ...]:
+        """The context providers, in the order they run."""
+        return self._assembler.providers
+
+    def add_provider(self, provider: ContextProvider) -> None:
+        """Run ``provider`` on every call from now on (by priority; after equals added before).
+
+        Raises:
+            ConfigurationError: ``provider`` does not keep the `ContextProvider` contract.
+        """
+        self._assembler.add(provider)
+
+    @property
     def breaker(self) -> CircuitBreaker:
         """The circuit breaker guarding the LLM strategies."""
         return self._session.breaker
@@ -268,6 +288,7 @@ class ContextEngine:
         """
         transcript = as_transcript(messages, self._meter.checked_prefix)
         self._session.restart(transcript, self._meter.estimate(transcript, None))
+        self._assembler.forget()
 
     # -- one call ------------------------------------------------------------------
 
@@ -290,8 +311,20 @@ class ContextEngine:
             "context_engine.breaker.state": session.breaker.state,
         }
         with telemetry.operation(operation, attributes) as span, shared_shapes():
+            assembly = None
+            if self._assembler.providers:  # context assembly: run the providers first
+                assembly = await self._assembler.assemble(
+                    transcript, self._meter.counter, settings.threshold, operation
+                )
             call = open_call(
-                operation, transcript, settings, session, self._meter, telemetry, extra.get("error")
+                operation,
+                transcript,
+                settings,
+                session,
+                self._meter,
+                telemetry,
+                extra.get("error"),
+                assembly,
             )
             if operation == "project" and call.fits:  # the common case: nothing to rewrite
                 outcome = call.unchanged()

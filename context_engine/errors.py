@@ -6,6 +6,7 @@ The tree:
     ├── InvalidMessageError (ValueError)        a message breaks the model's rules
     │   └── TranscriptFormatError               a transcript file cannot be read
     ├── ConfigurationError (ValueError)         a setting cannot work
+    │   └── RuleFileError                       an assembly rule file is malformed
     ├── BlockingCallInEventLoopError (RuntimeError)
     │                                           a ``*_sync`` twin called inside a running loop
     ├── CompactionError (RuntimeError)          the pipeline failed; ``.view`` is usable
@@ -34,6 +35,7 @@ __all__ = [
     "ContextEngineError",
     "InvalidMessageError",
     "RecallError",
+    "RuleFileError",
     "SummarizerError",
     "SummaryTimeoutError",
     "TranscriptFormatError",
@@ -59,6 +61,27 @@ class InvalidMessageError(ContextEngineError, ValueError):
 
 class ConfigurationError(ContextEngineError, ValueError):
     """A configuration value cannot work; the message says how to fix it."""
+
+
+class RuleFileError(ConfigurationError):
+    """An assembly rule file cannot be read or holds a malformed rule.
+
+    Attributes:
+        path: The file.
+        rule: The rule's name (or ``#n``, its position), when one rule is at fault.
+        field: The rule's field at fault, when one is.
+    """
+
+    def __init__(
+        self, problem: str, *, path: str, rule: str | None = None, field: str | None = None
+    ) -> None:
+        where = path
+        if rule is not None:
+            where += f", rule {rule!r}"
+        if field is not None:
+            where += f", field {field!r}"
+        super().__init__(f"{where}: {problem}")
+        self.path, self.rule, self.field = path, rule, field
 
 
 class BlockingCallInEventLoopError(ContextEngineError, RuntimeError):

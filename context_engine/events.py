@@ -6,6 +6,7 @@ from typing import Literal, TypeAlias
 
 import attrs
 
+from context_engine.assembly.trace import EMPTY_TRACE, AssemblyTrace
 from context_engine.messages import Message
 
 __all__ = [
@@ -102,6 +103,7 @@ class RewriteEvent:
             previous view from the start (fixed overhead included).
         references: Archive references this rewrite created, in the order the
             strategies wrote them (empty without an archive).
+        trace: The call's `AssemblyTrace` (the same as the result's).
     """
 
     reason: RewriteReason
@@ -119,6 +121,7 @@ class RewriteEvent:
     prefix_stable: bool | None = None
     prefix_reused_tokens: int = 0
     references: tuple[str, ...] = ()
+    trace: AssemblyTrace = attrs.field(default=EMPTY_TRACE, repr=False)
 
 
 @attrs.frozen(kw_only=True)

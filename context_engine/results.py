@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import attrs
 
+from context_engine.assembly.trace import EMPTY_TRACE, AssemblyTrace
 from context_engine.events import ContextUsage, RewriteEvent, SummaryInfo
 from context_engine.messages import Message
 
@@ -23,6 +24,9 @@ class _Result:
         commit: The transcript the caller should keep from now on (a checkpoint
             was paid for, ``/compact`` ran, or recovery rewrote history), or
             None when the caller keeps its own.
+        trace: Every decision of the call's assembly: provider items included,
+            dropped, capped or excluded, and the strategies' clears, trims and
+            summaries (`AssemblyTrace`; empty when nothing was decided).
     """
 
     messages: tuple[Message, ...] = attrs.field(repr=False)
@@ -31,6 +35,7 @@ class _Result:
     strategy: str | None = None
     event: RewriteEvent | None = None
     commit: tuple[Message, ...] | None = attrs.field(default=None, repr=False)
+    trace: AssemblyTrace = attrs.field(default=EMPTY_TRACE, repr=False)
 
 
 @attrs.frozen(kw_only=True)

@@ -194,7 +194,9 @@ def turn_flow(
         return (yield from _compact(transcript[:-1], command))
     try:
         projection: Projection = yield ProjectStep(transcript)
-        view, commit, changed = projection.messages, projection.commit, projection.changed
+        view, commit = projection.messages, projection.commit
+        # Provider blocks (context assembly) make the view differ even when nothing was rewritten.
+        changed = projection.changed or bool(projection.trace.placements)
     except CompactionError as exc:
         logger.warning(
             "strategy=<%s> failures=<%d> | projection failed; sending the best view reached",

@@ -31,6 +31,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
         "mkdocstrings_handlers.python",
         "mkdocs_include_markdown_plugin",
     ),
+    "rules": ("yaml",),
 }
 
 

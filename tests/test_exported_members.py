@@ -6,7 +6,7 @@ import importlib
 
 import pytest
 
-MODULES = ["context_engine", "context_engine.strategies"]
+MODULES = ["context_engine", "context_engine.assembly", "context_engine.strategies"]
 
 
 @pytest.mark.parametrize("module_name", MODULES)

@@ -141,6 +141,12 @@ def _add_replay_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--html", metavar="PATH", help="write a self-contained HTML report (chart and tables)"
     )
+    parser.add_argument(
+        "--html-call",
+        type=_positive_int,
+        metavar="N",
+        help="the call whose budget by source the HTML report shows (default: the largest)",
+    )
     _json_option(parser, "every call, rewrite, total and problem")
 
 
@@ -178,6 +184,20 @@ def _add_replay(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help=f"comma-separated pipeline, in order (default {DEFAULT_STRATEGIES})",
     )
     parser.add_argument("--summarizer", default="extractive", metavar="SPEC", help=_SUMMARIZER_HELP)
+    parser.add_argument(
+        "--context",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a file (a rules file, design notes) every call gets after the system prompt, "
+        "as a context provider named after it; repeatable",
+    )
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="print every rewrite's assembly trace: each clear, trim, summary and truncation "
+        "with its tokens, reason and archive reference",
+    )
     parser.add_argument(
         "--archive",
         metavar="URL",

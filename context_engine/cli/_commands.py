@@ -9,6 +9,7 @@ from typing import Any, Literal
 import attrs
 
 from context_engine.archive.base import Archive
+from context_engine.assembly.providers import FileProvider
 from context_engine.cli._archive import close_archive, open_cli_archive, report_archive
 from context_engine.cli._common import (
     EXIT_OK,
@@ -22,7 +23,7 @@ from context_engine.cli._common import (
 from context_engine.cli._html import render_html
 from context_engine.cli._inspect import inspect_messages
 from context_engine.cli._output import Output, emit_json, write_text
-from context_engine.cli._present import num, show_inspect, show_replay
+from context_engine.cli._present import num, show_inspect, show_replay, show_trace
 from context_engine.cli.replay import ReplayReport, replay
 from context_engine.engine import ContextEngine
 from context_engine.errors import CompactionError, ContextEngineError
@@ -183,6 +184,7 @@ def _replay(
     archive: Archive | None = None,
     session_id: str | None = None,
 ) -> ReplayReport:
+    providers = [_context_file(path) for path in getattr(args, "context", [])]
     summarizer = build_summarizer(summarizer_spec) if "full_summary" in strategies else None
     calls = sum(1 for i, m in enumerate(messages) if i and m.role == "assistant")
     with out.progress(calls, "replaying") as bar:
@@ -198,13 +200,23 @@ def _replay(
             progress=lambda done, _total: bar.update(done),
             archive=archive,
             session_id=session_id,
+            providers=providers,
         )
+
+
+def _context_file(path: str) -> FileProvider:
+    """``--context PATH``: a stable provider of that one file, named after it."""
+    file = Path(path)
+    if not file.is_file():
+        raise CliError(f"--context {path}: no such file")
+    return FileProvider(root=file.parent, paths=[file.name], name=path, max_bytes=256_000)
 
 
 def _publish(report: ReplayReport, args: argparse.Namespace, out: Output, title: str) -> int:
     show_replay(report, out)
     if args.html:
-        write_text(args.html, render_html(report, title=title, version=_version()))
+        html = render_html(report, title=title, version=_version(), call=args.html_call)
+        write_text(args.html, html)
         out.line(f"wrote {args.html}")
     if args.json:
         emit_json(report.to_json(), args.json, out)
@@ -233,6 +245,8 @@ def run_replay(args: argparse.Namespace, out: Output) -> int:
             session_id=session if archive is not None else None,
         )
         code = _publish(report, args, out, f"Replay of {Path(transcript.source).name}")
+        if args.trace:
+            show_trace(report, out)
         if archive is not None:
             report_archive(archive, session, args.archive, out)
     finally:

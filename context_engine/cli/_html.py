@@ -43,6 +43,12 @@ td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; white-space:
           margin-right: 6px; border: 1px solid #111827; vertical-align: -1px; }
 td.tried { color: #4b5563; font-size: 13px; }
 ul.problems li { color: #b91c1c; }
+.bar { display: flex; align-items: center; gap: 10px; margin: 4px 0; font-size: 14px; }
+.bar .name { width: 260px; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+.bar .track { flex: 1; background: #f3f4f6; border: 1px solid #e5e7eb; height: 16px; }
+.bar .fill { background: #2563eb; height: 100%; }
+.bar .fill.transcript { background: #6b7280; }
+.bar .n { width: 150px; text-align: right; font-variant-numeric: tabular-nums; }
 footer { color: #6b7280; font-size: 12px; margin-top: 28px; }
 """
 
@@ -137,8 +143,35 @@ def _problems(report: ReplayReport) -> str:
     return f'<ul class="problems">{items}</ul>'
 
 
-def render_html(report: ReplayReport, *, title: str | None = None, version: str = "") -> str:
-    """The replay report as a standalone HTML page."""
+def _budget_bars(report: ReplayReport, number: int | None) -> str:
+    """Each source's tokens in one call's view, as bars against the threshold."""
+    if not report.calls or not any(c.sources for c in report.calls):
+        return ""
+    chosen = max(report.calls, key=lambda c: c.tokens)
+    if number is not None:
+        chosen = next((c for c in report.calls if c.call == number), chosen)
+    provided = sum(chosen.sources.values())
+    rows = [("transcript", chosen.tokens - provided), *chosen.sources.items()]
+    scale = max(report.threshold, chosen.tokens, 1)
+    bars = "".join(
+        f'<div class="bar"><span class="name">{escape(name)}</span>'
+        f'<span class="track"><span class="fill{" transcript" if i == 0 else ""}" '
+        f'style="display:block;width:{100 * tokens / scale:.1f}%"></span></span>'
+        f'<span class="n">{num(tokens)} ({percent(tokens, report.threshold)})</span></div>'
+        for i, (name, tokens) in enumerate(rows)
+    )
+    return (
+        f"<h2>Budget by source, call {chosen.call}</h2>"
+        f"<p class=sub>{num(chosen.tokens)} tokens sent against a threshold of "
+        f"{num(report.threshold)}: the transcript's part after the strategies, and each "
+        f"context provider's items.</p>{bars}"
+    )
+
+
+def render_html(
+    report: ReplayReport, *, title: str | None = None, version: str = "", call: int | None = None
+) -> str:
+    """The replay report as a standalone HTML page (``call``: the one whose sources it shows)."""
     heading = title or f"Replay of {report.source}"
     subtitle = (
         f"window {num(report.window)} tokens, reserve {num(report.reserve)}, threshold "
@@ -162,6 +195,7 @@ def render_html(report: ReplayReport, *, title: str | None = None, version: str 
             f'<p class="sub">{escape(subtitle)}</p>',
             _cards(report),
             f"<figure>{render_chart(report)}<figcaption>{escape(caption)}</figcaption></figure>",
+            _budget_bars(report, call),
             "<h2>Rewrites by strategy</h2>",
             _strategy_table(report) or "<p>None.</p>",
             "<h2>Session</h2>",

@@ -20,6 +20,7 @@ __all__ = [
     "session_table",
     "show_inspect",
     "show_replay",
+    "show_trace",
 ]
 
 
@@ -194,6 +195,25 @@ def show_replay(report: ReplayReport, out: Output) -> None:
             out.line(f"  - {problem}")
     else:
         out.line("No problems: every view kept the invariants and fit the window.")
+
+
+def show_trace(report: ReplayReport, out: Output) -> None:
+    """Print each rewrite's assembly trace, one decision a line."""
+    out.line()
+    out.line(f"Assembly trace ({len(report.rewrites)} rewrite(s)):")
+    for record in report.rewrites:
+        out.line(
+            f"  call {record.call} (message {record.step}): {record.strategy}, "
+            f"{num(record.tokens_before)} -> {num(record.tokens_after)} tokens"
+        )
+        for d in record.decisions:
+            reference = f" [{d['reference']}]" if d.get("reference") else ""
+            out.line(
+                f"    {d['action']:<9} {d['source']}:{d['item']} {num(d['tokens'])} tokens"
+                f" - {d['reason']}{reference}"
+            )
+        if not record.decisions:
+            out.line("    (nothing cleared, trimmed, summarized or truncated)")
 
 
 def show_inspect(report: InspectReport, out: Output) -> None:

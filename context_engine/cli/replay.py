@@ -17,6 +17,8 @@ from typing import Any
 import attrs
 
 from context_engine.archive.base import Archive
+from context_engine.assembly.placement import strip_provided
+from context_engine.assembly.provider import ContextProvider
 from context_engine.cli._common import CountingSummarizer, build_strategies
 from context_engine.engine import ContextEngine
 from context_engine.events import RewriteEvent
@@ -46,6 +48,7 @@ class CallRecord:
             provider's prompt cache can reuse it).
         strategy: The last strategy that rewrote this call's view, or None.
         overflow: The view was above the window and went through ``recover_overflow``.
+        sources: Tokens of each context provider's items in the view sent.
     """
 
     call: int
@@ -56,6 +59,7 @@ class CallRecord:
     prefix_reused: bool
     strategy: str | None = None
     overflow: bool = False
+    sources: dict[str, int] = attrs.field(factory=dict)
 
 
 @attrs.frozen(kw_only=True)
@@ -73,6 +77,8 @@ class RewriteRecord:
         tokens_after: Tokens of the view.
         strategies_tried: ``name`` for each strategy run, ``name*`` when it applied.
         futile: The untouchable part alone was above the target.
+        decisions: The rewrite's `AssemblyTrace` decisions, as JSON-ready data
+            (what was cleared, trimmed, summarized or truncated, with references).
     """
 
     call: int
@@ -85,6 +91,7 @@ class RewriteRecord:
     tokens_after: int
     strategies_tried: tuple[str, ...] = ()
     futile: bool = False
+    decisions: tuple[dict[str, Any], ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -188,6 +195,7 @@ def _record(event: RewriteEvent, call: int, step: int) -> RewriteRecord:
         tokens_after=event.tokens_after,
         strategies_tried=tuple(f"{s.name}{'*' if s.applied else ''}" for s in event.steps),
         futile=event.futile,
+        decisions=tuple(decision.as_dict() for decision in event.trace.decisions),
     )
 
 
@@ -205,6 +213,7 @@ class _Run:
     problems: list[str] = attrs.Factory(list)
     previous: tuple[Message, ...] | None = None
     failures: int = 0
+    sources: dict[str, int] = attrs.Factory(dict)
 
     def call(self, step: int, tokens_without: int) -> None:
         """Project the running transcript for the call that produced message ``step``."""
@@ -232,6 +241,7 @@ class _Run:
                 prefix_reused=_is_prefix(self.previous, view),
                 strategy=changed[-1] if changed else None,
                 overflow=overflow,
+                sources=self.sources,
             )
         )
         self.previous = view
@@ -241,6 +251,7 @@ class _Run:
         projection = self.engine.project_sync(given)
         self._note_failures(where, projection.event)
         self._verify(where, given, projection.messages)
+        self.sources = projection.trace.source_tokens()
         if projection.commit is not None:
             self.running = list(projection.commit)
         return projection.messages, projection.usage.tokens
@@ -251,6 +262,7 @@ class _Run:
         recovery = self.engine.recover_overflow_sync(given, error)
         self._note_failures(f"{where}: overflow recovery", recovery.event)
         self._verify(where, given, recovery.messages)
+        self.sources = recovery.trace.source_tokens()
         if recovery.commit is not None:
             self.running = list(recovery.commit)
         return recovery.messages, recovery.usage.tokens
@@ -265,7 +277,7 @@ class _Run:
                     self.problems.append(f"{where}: strategy {step.name!r} failed: {step.error}")
 
     def _verify(self, where: str, given: tuple[Message, ...], view: Sequence[Message]) -> None:
-        for problem in check_view(given, view):
+        for problem in check_view(given, strip_provided(view)):
             self.problems.append(f"{where}: {problem}")
         if self.check is not None:
             self.check(given, view)
@@ -286,6 +298,7 @@ def replay(
     check: ViewCheck | None = None,
     archive: Archive | None = None,
     session_id: str | None = None,
+    providers: Sequence[ContextProvider] = (),
 ) -> ReplayReport:
     """Replay ``messages`` through a fresh engine, one LLM call per assistant message.
 
@@ -303,6 +316,7 @@ def replay(
         check: Called with ``(engine input, view)`` for every view, for extra checks.
         archive: Where the engine stores every original a rewrite removes.
         session_id: The session the archive files them under (needed with ``archive``).
+        providers: Context providers the engine runs on every call.
 
     Raises:
         CliError: ``full_summary`` is listed without a summarizer.
@@ -321,6 +335,7 @@ def replay(
         on_recover=events.append,
         archive=archive,
         session_id=session_id,
+        providers=providers,
     )
     run = _Run(engine=engine, original=tuple(messages), check=check, events=events)
     _drive(run, progress)

@@ -336,7 +336,7 @@ def _compacted(
             f"messages replaced by a checkpoint, {_kept(result)} kept verbatim."
         )
     )
-    kept = reader.write(result.messages[lead:])
+    kept = reader.write((result.commit or result.messages)[lead:])  # never provider blocks
     return ExtendedModelResponse(
         model_response=ModelResponse(result=[note]),
         command=_replace_state([*kept, command, note]),

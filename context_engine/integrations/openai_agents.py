@@ -509,8 +509,8 @@ class ContextEngineSession:
         """
         items = await self.session.get_items()
         result = await self.input_filter.engine.compact(from_openai_agents(items), instructions)
-        if result.changed:
-            await self._replace(to_openai_agents(result.messages))
+        if result.commit is not None:  # the transcript part: provider blocks are never kept
+            await self._replace(to_openai_agents(result.commit))
             self.input_filter.reset()
         return result
 

@@ -55,7 +55,7 @@ except ImportError as exc:  # pragma: no cover - exercised by hiding the package
     ) from exc
 
 from context_engine.engine import ContextEngine
-from context_engine.errors import CompactionError
+from context_engine.errors import CompactionError, ConfigurationError
 from context_engine.formats._pydantic_ai_write import Group
 from context_engine.formats.pydantic_ai import from_pydantic_ai, read_groups, write_history
 from context_engine.messages import Message, TextBlock
@@ -149,6 +149,14 @@ async def _project(engine: ContextEngine, bridge: _Bridge, *, view_kept: bool) -
     )
 
 
+def _no_providers(engine: ContextEngine) -> None:
+    if engine.providers:
+        raise ConfigurationError(
+            "history_processor commits every view it returns, so context providers' blocks "
+            "would be stored in the run's history; use ContextEngineCapability with providers"
+        )
+
+
 def history_processor(engine: ContextEngine) -> HistoryProcessor:
     """A pydantic-ai history processor that projects each request through ``engine``.
 
@@ -163,10 +171,16 @@ def history_processor(engine: ContextEngine) -> HistoryProcessor:
 
     Returns:
         An async callable taking and returning ``list[ModelMessage]``.
+
+    Raises:
+        ConfigurationError: ``engine`` has context providers (their blocks
+            would be committed with the view); use `ContextEngineCapability`.
     """
     reader = _Reader()
+    _no_providers(engine)
 
     async def process(messages: list[pm.ModelMessage]) -> list[pm.ModelMessage]:
+        _no_providers(engine)
         return (await _project(engine, reader.read(messages), view_kept=True)).view
 
     return process

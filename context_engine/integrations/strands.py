@@ -420,8 +420,8 @@ class ContextEngineConversationManager(ConversationManager):
         """
         transcript = self._transcripts.convert(agent.messages, _system_prompt(agent))
         result = await self.engine.compact(transcript, instructions or None)
-        if result.changed:
-            self._commit(agent, result.messages)
+        if result.commit is not None:  # the transcript part: provider blocks are never kept
+            self._commit(agent, result.commit)
         return result
 
     def compact_sync(self, agent: Agent, instructions: str | None = None) -> CompactResult:

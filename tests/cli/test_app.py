@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -239,3 +240,54 @@ def test_tables_are_plain_text_without_rich(cli: Runner, long_file: Path) -> Non
     assert re.search(r"^calls +rewrites +reason +strategy", plain.stdout, re.MULTILINE)
     assert re.search(r"^-+  -+  -+", plain.stdout, re.MULTILINE)
     assert "full_summary (committed)" in plain.stdout
+
+
+def test_replay_trace_prints_every_rewrites_decisions(
+    cli: Runner, long_file: Path, tmp_path: Path
+) -> None:
+    ran = cli("replay", long_file, "--window", "8192", "--trace", "--json", tmp_path / "r.json")
+    assert ran.code == 0, ran.stderr
+    data = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
+    decisions = [d for rewrite in data["rewrites"] for d in rewrite["decisions"]]
+    assert any(d["action"] == "summary" for d in decisions)
+    assert f"Assembly trace ({len(data['rewrites'])} rewrite(s)):" in ran.stdout
+    for decision in decisions:
+        assert f"{decision['source']}:{decision['item']}" in ran.stdout
+
+
+def test_replay_with_a_context_file_budgets_it_on_every_call_and_charts_one_call(
+    cli: Runner, long_file: Path, tmp_path: Path
+) -> None:
+    rules = tmp_path / "AGENTS.md"
+    rules.write_text("Keep public names stable.\n" * 40, encoding="utf-8")
+    ran = cli(
+        "replay",
+        long_file,
+        "--window",
+        "8192",
+        "--context",
+        rules,
+        "--json",
+        tmp_path / "r.json",
+        "--html",
+        tmp_path / "r.html",
+        "--html-call",
+        "3",
+    )
+    assert ran.code == 0, ran.stderr
+    data = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
+    totals_match_rows(data)
+    assert all(
+        call["sources"] == {str(rules): data["calls"][0]["sources"][str(rules)]}
+        for call in data["calls"]
+    )
+    assert all(call["tokens"] <= 8192 for call in data["calls"])
+    page = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "Budget by source, call 3" in page
+    assert escape(str(rules)) in page
+
+
+def test_replay_refuses_a_context_file_that_does_not_exist(cli: Runner, long_file: Path) -> None:
+    ran = cli("replay", long_file, "--window", "8192", "--context", "/no/such/rules.md")
+    assert ran.code == 2
+    assert "--context /no/such/rules.md: no such file" in ran.stderr

@@ -589,3 +589,36 @@ def test_an_overflow_on_the_call_that_wrote_a_checkpoint_keeps_the_checkpoint(mo
     assert folds[0].previous_summary
     assert folds[0].previous_summary in first[1].summary  # type: ignore[attr-defined]
     assert from_langchain(result["messages"])[0].text == retry[1].text  # the state keeps it
+
+
+# ---------------------------------------------------------------------- context providers
+
+STATUS = "Deploy status: green"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_provider_blocks_reach_every_model_call_and_never_the_state(mode: str) -> None:
+    from context_engine.assembly import CallableProvider, StaticProvider
+
+    events = Events()
+    engine = events.engine(
+        providers=[
+            StaticProvider(text="House rules: be brief.", name="rules"),
+            CallableProvider(function=lambda request: STATUS, name="status", placement="tail"),
+        ]
+    )
+    model = ScriptedModel(steps=10)
+    agent, _ = build(model, engine, checkpointer=InMemorySaver())
+    result = invoke(agent, [*history(10), HumanMessage("Read every module.")], mode, thread_id="t")
+    assert len(model.received) == 11
+    for sent in model.received:
+        texts = [m.content for m in sent]
+        assert texts.count("House rules: be brief.") == 1
+        assert texts[-1] == STATUS
+        assert prompt_tokens(sent) <= engine.threshold
+    provided = {"House rules: be brief.", STATUS}
+    assert not provided & {m.content for m in result["messages"]}
+
+    compacted = invoke(agent, [HumanMessage("/compact")], mode, thread_id="t")
+    assert len(events.compacted) == 1
+    assert not provided & {m.content for m in compacted["messages"]}

@@ -582,3 +582,18 @@ async def test_an_overflow_on_the_call_that_wrote_a_checkpoint_keeps_the_checkpo
     assert folds[0].previous_summary in first[1].summary  # type: ignore[attr-defined]
     history = from_pydantic_ai(result.all_messages())
     assert history[1].text == retry[1].text  # the run's history keeps it
+
+
+async def test_history_processor_refuses_an_engine_with_context_providers() -> None:
+    """It commits every view, so provider blocks would be stored in the run's history."""
+    from context_engine import ConfigurationError
+    from context_engine.assembly import StaticProvider
+
+    engine = ContextEngine(32_000, providers=[StaticProvider(text="rules", name="rules")])
+    with pytest.raises(ConfigurationError, match="use ContextEngineCapability"):
+        history_processor(engine)
+    plain = ContextEngine(32_000)
+    process = history_processor(plain)
+    plain.add_provider(StaticProvider(text="rules", name="rules"))
+    with pytest.raises(ConfigurationError, match="use ContextEngineCapability"):
+        await process(to_pydantic_ai([Message.user("hi")]))

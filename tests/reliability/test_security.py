@@ -225,6 +225,8 @@ REVIEWED = {
     ("formats/readers.py", "write_transcript"): "the caller's path argument, nothing derived",
     ("archive/sqlite.py", "_open"): "SQLiteArchive's path argument; session ids and references "
     "are SQL parameters, never path parts",
+    ("assembly/providers.py", "fetch"): "FileProvider's root argument; an item id (a rule's "
+    "path) is resolved and refused unless it stays under that root, opened for reading",
 }
 
 
