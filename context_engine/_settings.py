@@ -9,11 +9,13 @@ from context_engine._validate import check_int, check_number, is_int
 from context_engine.archive.base import Archive, check_session_id
 from context_engine.errors import ConfigurationError
 from context_engine.strategies.base import Strategy
+from context_engine.summarize.pinned import pinned_setting
 
 __all__ = [
     "archive_settings",
     "default_reserve",
     "non_negative",
+    "pinned_setting",
     "positive_window",
     "reserve",
     "seconds",

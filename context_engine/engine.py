@@ -21,6 +21,7 @@ from context_engine._settings import (
     archive_settings,
     default_reserve,
     non_negative,
+    pinned_setting,
     positive_window,
     reserve,
     seconds,
@@ -45,6 +46,7 @@ from context_engine.session import Remembered, Session
 from context_engine.snapshots import describe_view
 from context_engine.strategies.base import Budget, Strategy
 from context_engine.structure import shared_shapes
+from context_engine.summarize.rehydrate import Rehydration
 from context_engine.telemetry import Telemetry
 from context_engine.tokens import DEFAULT_ENCODING, TokenCounter, UsageEstimate, resolve_counter
 
@@ -88,6 +90,9 @@ class ContextEngine:
             with ``archive``).
         archive_timeout_seconds: How long one archive write may take before the
             engine gives up on it for this call (view-only rewrites still go out).
+        pinned: Messages re-injected right after every checkpoint, within a
+            budget (a rules file, a plan): a list of messages or strings, a
+            function returning them, or a `Pinned` with its own budget.
     """
 
     def __init__(
@@ -113,6 +118,7 @@ class ContextEngine:
         archive: Archive | None = None,
         session_id: str | None = None,
         archive_timeout_seconds: float = 2.0,
+        pinned: Any = None,
     ) -> None:
         self._window = positive_window(context_window)
         self._archive, self._session_id = archive_settings(archive, session_id)
@@ -120,6 +126,7 @@ class ContextEngine:
         self._reserve = reserve(reserve_tokens)
         self._strategies = strategy_tuple(strategies)
         self._max_user_share = user_share(max_user_share)
+        self._pinned = pinned_setting(pinned)  # issue 15: re-injected after each checkpoint
         if isinstance(commit_strategies, str) or not isinstance(commit_strategies, Iterable):
             raise ConfigurationError(
                 "commit_strategies must be a collection of strategy names, "
@@ -167,6 +174,7 @@ class ContextEngine:
         seed: Callable[[], Any] | None = None,
         redactor: Redactor | None = None,
         tool_result_cap: Strategy | Literal["default"] | None = "default",
+        rehydrate: Rehydration | None = None,
         **options: Any,
     ) -> ContextEngine:
         """The recommended pipeline.
@@ -174,8 +182,9 @@ class ContextEngine:
         Tool-result cap (``tool_result_cap``: a configured `ToolResultCap`, or
         None to leave it out), tool-result microcompact, light trim, session
         memory (when ``seed`` is given), full summary (when ``summarizer`` is
-        given; ``redactor`` removes secrets from what it is sent), hard
-        truncate. ``options`` go to the constructor.
+        given; ``redactor`` removes secrets from what it is sent;
+        ``rehydrate`` re-attaches recently used files after its checkpoints),
+        hard truncate. ``options`` go to the constructor (``pinned=`` among them).
         """
         from context_engine.strategies import (
             FullSummary,
@@ -186,6 +195,10 @@ class ContextEngine:
             ToolResultMicrocompact,
         )
 
+        if rehydrate is not None and summarizer is None:
+            raise ConfigurationError(
+                "rehydrate= re-attaches files after a summary checkpoint: pass a summarizer= too"
+            )
         cap = ToolResultCap() if tool_result_cap == "default" else tool_result_cap
         strategies: list[Strategy] = [ToolResultMicrocompact(), LightTrim()]
         if cap is not None:
@@ -193,7 +206,9 @@ class ContextEngine:
         if seed is not None:
             strategies.append(SessionMemory(seed=seed))
         if summarizer is not None:
-            strategies.append(FullSummary(summarizer=summarizer, redactor=redactor))
+            strategies.append(
+                FullSummary(summarizer=summarizer, redactor=redactor, rehydrate=rehydrate)
+            )
         strategies.append(HardTruncate())
         return cls(context_window, strategies, **options)
 
@@ -355,6 +370,7 @@ class ContextEngine:
                 reason="threshold" if reason == "circuit_breaker" else reason,
                 archiving=self._archive is not None,
                 max_user_share=self._max_user_share,
+                pinned=self._pinned,
             ),
             floor_of=lambda view, tokens: meter.view_floor(view, tokens, threshold, share),
             llm_blocked=blocked,

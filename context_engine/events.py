@@ -41,6 +41,8 @@ class SummaryInfo:
         modified_files: Files modified in the compacted history.
         references: The archive reference of the range this checkpoint replaced
             (empty without an archive).
+        rejected: Why the quality gate rejected the summarizer's checkpoint
+            (the extractive digest was used instead), or None.
     """
 
     tokens_before: int
@@ -56,6 +58,7 @@ class SummaryInfo:
     read_files: tuple[str, ...] = ()
     modified_files: tuple[str, ...] = ()
     references: tuple[str, ...] = ()
+    rejected: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -69,6 +72,8 @@ class RewriteStep:
         tokens_after: View tokens after it ran.
         duration: Seconds it took.
         error: A recoverable problem behind a no-op, or the exception that failed the run.
+        rejected: The quality gate rejected the checkpoint the strategy's
+            summarizer wrote, and why (the extractive digest was used), or None.
     """
 
     name: str
@@ -77,6 +82,7 @@ class RewriteStep:
     tokens_after: int
     duration: float
     error: str | None = None
+    rejected: str | None = None
 
 
 @attrs.frozen(kw_only=True)
