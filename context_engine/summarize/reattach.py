@@ -54,7 +54,7 @@ async def reattach(
     if rehydration is not None:
         room = ceiling - budget.measure((*view, *pinned))
         files = await rehydration.attachments(
-            originals, room, budget.threshold, counter, file_tools
+            originals, room, budget.threshold, counter, file_tools, kept=after
         )
     while True:
         named = name_files(checkpoint, files)

@@ -73,11 +73,20 @@ class Rehydration:
         threshold: int,
         counter: TokenCounter,
         file_tools: Mapping[str, FileToolRule] = DEFAULT_FILE_TOOLS,
+        kept: Sequence[Message] = (),
     ) -> tuple[Message, ...]:
-        """One message per re-attached file, newest use first, within the bounds."""
+        """One message per re-attached file, newest use first, within the bounds.
+
+        Files the ``kept`` messages (those after the checkpoint) use are left
+        out: the model still sees them there.
+        """
         left = min(room, int(self.max_share * threshold))
         attached: list[Message] = []
-        for path, last_read in recent_files(originals, file_tools)[: self.max_files]:
+        visible = {path for path, _ in recent_files(kept, file_tools)}
+        candidates = [
+            item for item in recent_files(originals, file_tools) if item[0] not in visible
+        ]
+        for path, last_read in candidates[: self.max_files]:
             text, how = await self._text(path, last_read)
             if text is None:
                 continue
