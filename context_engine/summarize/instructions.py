@@ -28,6 +28,7 @@ from context_engine.tokens import TokenCounter
 __all__ = [
     "INSTRUCTIONS_KEY",
     "UserInstructions",
+    "add_instructions",
     "constraint_sentences",
     "is_request",
     "keep_instructions",
@@ -157,11 +158,13 @@ class UserInstructions:
         return {"task": self.task, "constraints": list(self.constraints)}
 
     def render(self, max_tokens: int, counter: TokenCounter) -> str:
-        """The section, at most about ``max_tokens`` tokens ("" when there is nothing to say).
+        """The section, at most ``max_tokens`` tokens ("" when there is nothing to say).
 
         Constraints come first in the room (the newest kept when not all fit,
         with a line counting the others); the task statement takes what is
-        left, shortened around a marker when it is longer.
+        left, shortened around a marker when it is longer. A budget too small
+        for the frame and a marker gives "" (the checkpoint's record still
+        holds everything).
         """
         if self.task is None and not self.constraints:
             return ""
@@ -175,7 +178,8 @@ class UserInstructions:
             lines += [_TASK_LABEL, _shorten(self.task, left, counter)]
         if rules:
             lines += [_RULES_LABEL, *rules]
-        return "\n".join([*lines, _CLOSE])
+        section = "\n".join([*lines, _CLOSE])
+        return section if counter.count_text(section) <= max_tokens else ""
 
 
 def _fit_rules(rules: Sequence[str], room: int, counter: TokenCounter) -> list[str]:
@@ -249,6 +253,26 @@ async def keep_instructions(
         _, rest = split_instructions(previous.summary)
         previous = attrs.evolve(previous, summary=rest)
     body = await write(_unpinned(history), _unpinned(prefix), previous, max(1, limit - used))
+    return _opened(body, section, found)
+
+
+def add_instructions(
+    checkpoint: ContextSummary,
+    previous: Message | None,
+    replaced: Sequence[Message],
+    *,
+    max_tokens: int,
+    counter: TokenCounter,
+) -> ContextSummary:
+    """``checkpoint`` opened by the instructions of ``previous`` and the requests ``replaced``.
+
+    For checkpoints whose body no summarizer writes (a session memory).
+    """
+    found = UserInstructions.of(previous).extended(replaced)
+    return _opened(checkpoint, found.render(max_tokens, counter), found)
+
+
+def _opened(body: ContextSummary, section: str, found: UserInstructions) -> ContextSummary:
     text = f"{section}\n\n{body.summary}" if section else body.summary
     return attrs.evolve(
         body, summary=text, metadata={**body.metadata, INSTRUCTIONS_KEY: found.record}

@@ -12,14 +12,16 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+import attrs
+
 from context_engine.messages import ContextSummary, Message
 from context_engine.summarize.files import DEFAULT_FILE_TOOLS, FileToolRule
 from context_engine.summarize.rehydrate import Rehydration, name_files
 
 if TYPE_CHECKING:  # the strategies package imports this module
-    from context_engine.strategies.base import Budget
+    from context_engine.strategies.base import Budget, StrategyResult
 
-__all__ = ["reattach"]
+__all__ = ["reattach", "with_pinned"]
 
 logger = logging.getLogger(__name__)
 
@@ -62,3 +64,20 @@ async def reattach(
         if not files or budget.measure(rebuilt) <= ceiling:
             return rebuilt, named
         files = files[:-1]  # the line naming them took the last one's room
+
+
+async def with_pinned(result: StrategyResult, lead_end: int, budget: Budget) -> StrategyResult:
+    """An applied checkpoint ``result`` with the pinned messages right after its checkpoint.
+
+    For checkpoint strategies other than `FullSummary` (a session memory); its
+    savings and `SummaryInfo` are adjusted to the larger view.
+    """
+    checkpoint = result.messages[lead_end]
+    if budget.pinned is None or not isinstance(checkpoint, ContextSummary):
+        return result
+    view, _ = await reattach(result.messages, lead_end, checkpoint, budget, (), None)
+    added = budget.measure(view) - budget.measure(result.messages)
+    info = result.info
+    if info is not None:
+        info = attrs.evolve(info, tokens_after=info.tokens_after + added, messages_after=len(view))
+    return attrs.evolve(result, messages=view, tokens_saved=result.tokens_saved - added, info=info)

@@ -9,6 +9,7 @@ import pytest
 from context_engine import ContextEngine, ContextSummary, Message, ToolCall
 from context_engine.errors import ConfigurationError
 from context_engine.formats.openai import from_openai, to_openai
+from context_engine.strategies import HardTruncate, SessionMemory
 from context_engine.summarize import ExtractiveSummarizer
 from context_engine.summarize.instructions import (
     INSTRUCTIONS_KEY,
@@ -225,3 +226,28 @@ async def test_a_pinned_function_is_read_when_each_checkpoint_is_written() -> No
 def test_bad_pinned_settings_fail_at_construction(pinned: object, problem: str) -> None:
     with pytest.raises(ConfigurationError, match=problem):
         ContextEngine(8_000, pinned=pinned)
+
+
+async def test_a_session_memory_checkpoint_keeps_the_instructions_and_the_pinned_messages() -> None:
+    engine = ContextEngine(
+        6_000,
+        [SessionMemory(seed=lambda: "# Memory\n- parser half done"), HardTruncate()],
+        reserve_tokens=1_500,
+        token_counter=COUNTER,
+        pinned=["Plan: 1. parser 2. docs"],
+        commit_strategies=("session_memory",),
+    )
+    result = await engine.project(session(30))
+    assert result.commit is not None
+    checkpoint = result.commit[1]
+    assert isinstance(checkpoint, ContextSummary)
+    section, body = split_instructions(checkpoint.summary)
+    assert section is not None
+    assert TASK in section
+    assert body == "# Memory\n- parser half done"
+    assert result.commit[2].text == "Plan: 1. parser 2. docs"
+    assert result.commit[2].metadata[INJECTED_KEY] == "pinned"
+    assert engine.estimate(result.messages).tokens <= engine.threshold
+    assert result.event is not None
+    assert result.event.info is not None
+    assert result.event.info.tokens_after == engine.estimate(result.messages).tokens
