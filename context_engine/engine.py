@@ -46,6 +46,7 @@ from context_engine.session import Remembered, Session
 from context_engine.snapshots import describe_view
 from context_engine.strategies.base import Budget, Strategy
 from context_engine.structure import shared_shapes
+from context_engine.summarize.pinned import Pinned, PinnedSource
 from context_engine.summarize.rehydrate import Rehydration
 from context_engine.telemetry import Telemetry
 from context_engine.tokens import DEFAULT_ENCODING, TokenCounter, UsageEstimate, resolve_counter
@@ -118,7 +119,7 @@ class ContextEngine:
         archive: Archive | None = None,
         session_id: str | None = None,
         archive_timeout_seconds: float = 2.0,
-        pinned: Any = None,
+        pinned: Pinned | PinnedSource | None = None,
     ) -> None:
         self._window = positive_window(context_window)
         self._archive, self._session_id = archive_settings(archive, session_id)

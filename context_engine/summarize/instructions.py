@@ -102,12 +102,6 @@ def split_instructions(text: str) -> tuple[str | None, str]:
     return found["body"], text[found.end() :]
 
 
-def _strings(value: object) -> tuple[str, ...]:
-    if isinstance(value, (list, tuple)):
-        return tuple(item for item in value if isinstance(item, str))
-    return ()
-
-
 @attrs.frozen
 class UserInstructions:
     """The task statement and the constraint sentences a checkpoint must carry.
@@ -127,9 +121,11 @@ class UserInstructions:
             return cls()
         recorded = checkpoint.metadata.get(INSTRUCTIONS_KEY)
         if isinstance(recorded, Mapping):
-            task = recorded.get("task")
+            task, rules = recorded.get("task"), recorded.get("constraints")
+            listed = rules if isinstance(rules, (list, tuple)) else ()
             return cls(
-                task if isinstance(task, str) else None, _strings(recorded.get("constraints"))
+                task if isinstance(task, str) else None,
+                tuple(rule for rule in listed if isinstance(rule, str)),
             )
         body, _ = split_instructions(checkpoint.summary)
         if body is None:
@@ -248,7 +244,8 @@ async def keep_instructions(
     """
     found = UserInstructions.of(previous).extended((*history, *prefix)).redacted(redact)
     section = found.render(int(limit * share), counter)
-    used = counter.count_text(section) if section else 0
+    # The blank line joining it to the body, and a token of rounding, come out of the body.
+    used = counter.count_text(f"{section}\n\n") + 1 if section else 0
     if isinstance(previous, ContextSummary):
         _, rest = split_instructions(previous.summary)
         previous = attrs.evolve(previous, summary=rest)

@@ -440,7 +440,8 @@ async def test_a_megabyte_seed_is_cut_to_max_seed_chars(memory: str) -> None:
     engine = ContextEngine(8_000, [memory_strategy], token_counter=COUNTER)
     result = await engine.project(transcript)
     checkpoint = next(m for m in result.messages if m.is_summary)
-    head, notice = checkpoint.summary.rsplit("\n", 1)
+    _, memory_text = split_instructions(checkpoint.summary)  # the user's instructions first
+    head, notice = memory_text.rsplit("\n", 1)
     assert len(head) <= 2_000
     assert notice.startswith("[session memory cut to fit:")
     assert result.fits

@@ -86,17 +86,21 @@ def requests_so_far(messages: list[Message]) -> list[str]:
     return [s for m in messages if m.role == "user" for s in constraint_sentences(m.text)]
 
 
-async def test_pinned_rules_and_every_constraint_survive_ten_checkpoints() -> None:
-    """Ten committed checkpoints: the rules file comes back after each, the instructions stay."""
-    rules = "AGENTS.md: always run `make lint` before you finish; never commit secrets."
-    engine = ContextEngine.default(
+def extractive_engine(**options: object) -> ContextEngine:
+    return ContextEngine.default(
         6_000,
         summarizer=ExtractiveSummarizer(),
         tool_result_cap=None,
         reserve_tokens=1_500,
         token_counter=COUNTER,
-        pinned=[rules],
+        **options,
     )
+
+
+async def test_pinned_rules_and_every_constraint_survive_ten_checkpoints() -> None:
+    """Ten committed checkpoints: the rules file comes back after each, the instructions stay."""
+    rules = "AGENTS.md: always run `make lint` before you finish; never commit secrets."
+    engine = extractive_engine(pinned=[rules])
     transcript: list[Message] = []
     consumed = checkpoints = 0
     for rounds in range(4, 400):
@@ -134,13 +138,7 @@ async def test_pinned_rules_and_every_constraint_survive_ten_checkpoints() -> No
 
 async def test_the_section_is_read_back_from_the_text_when_the_metadata_is_lost() -> None:
     """A round trip through a provider format keeps the instructions of the older checkpoint."""
-    engine = ContextEngine.default(
-        6_000,
-        summarizer=ExtractiveSummarizer(),
-        tool_result_cap=None,
-        reserve_tokens=1_500,
-        token_counter=COUNTER,
-    )
+    engine = extractive_engine()
     first = await engine.compact(session(12))
     assert first.commit is not None
     round_trip = from_openai(to_openai(list(first.commit)))
