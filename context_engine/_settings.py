@@ -12,6 +12,7 @@ from context_engine.archive.base import Archive, check_session_id
 from context_engine.breaker import CircuitBreaker
 from context_engine.errors import ConfigurationError
 from context_engine.strategies.base import Strategy
+from context_engine.summarize.pinned import Pinned, pinned_setting
 from context_engine.tokens import TokenCounter
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "checked_settings",
     "default_reserve",
     "non_negative",
+    "pinned_setting",
     "positive_window",
     "reserve",
     "seconds",
@@ -142,6 +144,7 @@ class Settings:
     archive: Archive | None
     session_id: str | None
     archive_timeout: float
+    pinned: Pinned | None = None
     reserve_tokens: int = attrs.field(init=False)
     threshold: int = attrs.field(init=False)
 
@@ -169,6 +172,7 @@ def checked_settings(
     archive: object,
     session_id: object,
     archive_timeout_seconds: object,
+    pinned: object = None,
 ) -> Settings:
     """The constructor's settings, each checked (a `ConfigurationError` names the first bad one)."""
     window = positive_window(context_window)
@@ -187,6 +191,7 @@ def checked_settings(
         archive=checked_archive,
         session_id=checked_session,
         archive_timeout=timeout,
+        pinned=pinned_setting(pinned),
     )
     warn_if_no_room(settings.window, settings.reserve_tokens)
     return settings

@@ -126,6 +126,7 @@ class Call:
             reason="threshold" if self.reason == "circuit_breaker" else self.reason,
             archiving=settings.archiving,
             max_user_share=settings.max_user_share,
+            pinned=settings.pinned,
         )
 
     def floor_of(self, view: tuple[Message, ...], tokens: int) -> int:

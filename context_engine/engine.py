@@ -45,6 +45,8 @@ from context_engine.session import Session
 from context_engine.snapshots import describe_view
 from context_engine.strategies.base import Strategy
 from context_engine.structure import shared_shapes
+from context_engine.summarize.pinned import Pinned, PinnedSource
+from context_engine.summarize.rehydrate import Rehydration
 from context_engine.telemetry import Telemetry
 from context_engine.tokens import DEFAULT_ENCODING, TokenCounter, UsageEstimate, resolve_counter
 
@@ -86,9 +88,9 @@ class ContextEngine:
             with ``archive``).
         archive_timeout_seconds: How long one archive write may take before the
             engine gives up on it for this call (view-only rewrites still go out).
-        providers: `ContextProvider`s run on every call (or an `Assembler` with
-            rules and a budget profile); their output is budgeted with the
-            transcript and placed in the view, never in a commit or the archive.
+        pinned: Messages re-injected right after every checkpoint, within a
+            budget (a rules file, a plan): a list of messages or strings, a
+            function returning them, or a `Pinned` with its own budget.
     """
 
     def __init__(
@@ -115,6 +117,7 @@ class ContextEngine:
         session_id: str | None = None,
         archive_timeout_seconds: float = 2.0,
         providers: Iterable[ContextProvider] | Assembler = (),
+        pinned: Pinned | PinnedSource | None = None,
     ) -> None:
         self._settings: Settings = checked_settings(
             context_window=context_window,
@@ -125,6 +128,7 @@ class ContextEngine:
             archive=archive,
             session_id=session_id,
             archive_timeout_seconds=archive_timeout_seconds,
+            pinned=pinned,
         )
         breaker = checked_breaker(
             max_consecutive_failures, breaker_cooldown_calls, breaker_cooldown_seconds
@@ -153,6 +157,7 @@ class ContextEngine:
         seed: Callable[[], Any] | None = None,
         redactor: Redactor | None = None,
         tool_result_cap: Strategy | Literal["default"] | None = "default",
+        rehydrate: Rehydration | None = None,
         **options: Any,
     ) -> ContextEngine:
         """The recommended pipeline.
@@ -160,13 +165,18 @@ class ContextEngine:
         Tool-result cap (``tool_result_cap``: a configured `ToolResultCap`, or
         None to leave it out), tool-result microcompact, light trim, session
         memory (when ``seed`` is given), full summary (when ``summarizer`` is
-        given; ``redactor`` removes secrets from what it is sent), hard
-        truncate. ``options`` go to the constructor.
+        given; ``redactor`` removes secrets from what it is sent;
+        ``rehydrate`` re-attaches recently used files after its checkpoints),
+        hard truncate. ``options`` go to the constructor (``pinned=`` among them).
         """
         from context_engine.strategies._default import default_pipeline
 
         strategies = default_pipeline(
-            summarizer=summarizer, seed=seed, redactor=redactor, tool_result_cap=tool_result_cap
+            summarizer=summarizer,
+            seed=seed,
+            redactor=redactor,
+            tool_result_cap=tool_result_cap,
+            rehydrate=rehydrate,
         )
         return cls(context_window, strategies, **options)
 

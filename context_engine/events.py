@@ -42,6 +42,8 @@ class SummaryInfo:
         modified_files: Files modified in the compacted history.
         references: The archive reference of the range this checkpoint replaced
             (empty without an archive).
+        rejected: Why the quality gate rejected the summarizer's checkpoint
+            (the extractive digest was used instead), or None.
     """
 
     tokens_before: int
@@ -57,6 +59,7 @@ class SummaryInfo:
     read_files: tuple[str, ...] = ()
     modified_files: tuple[str, ...] = ()
     references: tuple[str, ...] = ()
+    rejected: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -70,6 +73,8 @@ class RewriteStep:
         tokens_after: View tokens after it ran.
         duration: Seconds it took.
         error: A recoverable problem behind a no-op, or the exception that failed the run.
+        rejected: The quality gate rejected the checkpoint the strategy's
+            summarizer wrote, and why (the extractive digest was used), or None.
     """
 
     name: str
@@ -78,6 +83,7 @@ class RewriteStep:
     tokens_after: int
     duration: float
     error: str | None = None
+    rejected: str | None = None
 
 
 @attrs.frozen(kw_only=True)

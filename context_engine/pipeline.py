@@ -220,6 +220,7 @@ class _Run:
                 tokens_after=after,
                 duration=duration,
                 error=result.error,
+                rejected=result.info.rejected if result.info is not None else None,
             )
         )
         return result.applied

@@ -18,6 +18,7 @@ from context_engine.archive.base import RecordKind
 from context_engine.archive.reference import reference_for
 from context_engine.events import SummaryInfo
 from context_engine.messages import Message
+from context_engine.summarize.pinned import Pinned
 from context_engine.tokens import TokenCounter
 
 __all__ = [
@@ -50,6 +51,8 @@ class Budget:
         max_user_share: The share of the threshold the newest user message
             always keeps when a strategy must trim it, or None when it is never
             trimmed (the engine's floor counts it the same way).
+        pinned: Messages a checkpoint strategy re-injects right after its
+            checkpoint (the engine's ``pinned=``), or None.
     """
 
     tokens: int
@@ -62,6 +65,7 @@ class Budget:
     archiving: bool = False
     archive_down: bool = False
     max_user_share: float | None = 0.5
+    pinned: Pinned | None = attrs.field(default=None, eq=False, repr=False)
 
     @property
     def excess(self) -> int:

@@ -4,8 +4,9 @@ A pasted log, a huge file dump or a verbose tool output says most of what
 matters in its first and last lines. `LightTrim` cuts the middle out of every
 text block over ``text_threshold`` characters and leaves
 ``[N characters trimmed]`` in its place, oldest messages first, until the view
-fits. It never removes a message and never touches tool-call arguments (they
-must stay valid JSON).
+fits. It never removes a message, never touches tool-call arguments (they
+must stay valid JSON) and never shortens what the user wrote: a task statement
+cut in half loses the constraint that happened to sit in its middle.
 """
 
 from __future__ import annotations
@@ -75,14 +76,15 @@ def trim_text(text: str, *, head: int, tail: int) -> str:
 class LightTrim:
     """Cuts the middle out of long text blocks in older messages, oldest first.
 
-    Eligible: every message except the last ``keep_recent``, the leading
-    system/developer block, the newest user message, calls still pending at the
-    end, and checkpoints. In those, each `TextBlock` longer than
+    Eligible: every assistant and tool message except the last ``keep_recent``,
+    the leading system/developer block and calls still pending at the end. User
+    messages (every one, not only the newest) and checkpoints are never trimmed:
+    the user's instructions reach the model whole or, after a checkpoint, in its
+    instructions section. In eligible messages, each `TextBlock` longer than
     ``text_threshold`` characters becomes its first ``preserve_head`` and last
-    ``preserve_tail`` characters around ``[N characters trimmed]``. Tool results,
-    user and assistant text are all eligible; thinking blocks and tool-call
-    arguments are not. A trimmed message carries ``TRIMMED_KEY`` in its
-    metadata: the number of blocks trimmed in it.
+    ``preserve_tail`` characters around ``[N characters trimmed]``. Thinking
+    blocks and tool-call arguments are never touched. A trimmed message carries
+    ``TRIMMED_KEY`` in its metadata: the number of blocks trimmed in it.
     """
 
     keep_recent: int = attrs.field(default=4, validator=non_negative_int())
@@ -153,7 +155,7 @@ class LightTrim:
         limit = self.text_threshold
         for index in range(shape.lead_end, max(stop, shape.lead_end)):
             message = view[index]
-            if index == shape.last_user or message.is_summary:
+            if message.role == "user":  # a request, or a checkpoint: never trimmed
                 continue
             # `_has_long_text`, inlined: this loop reads every older message on every call.
             for block in message.content:

@@ -31,6 +31,8 @@ from context_engine.summarize.cut import (
     rebuild_view,
     replaced_messages,
 )
+from context_engine.summarize.instructions import add_instructions
+from context_engine.summarize.reattach import with_pinned
 
 __all__ = ["Seed", "SessionMemory", "cut_seed_text"]
 
@@ -166,7 +168,9 @@ class SessionMemory:
             logger.warning("strategy=<%s> | %s", self.name, error)
             return StrategyResult.unchanged(unchanged, error=error)
         result = self._checkpointed(source, budget, cut, text, tokens_before, started)
-        return result if result.applied else attrs.evolve(result, messages=tuple(unchanged))
+        if not result.applied:
+            return attrs.evolve(result, messages=tuple(unchanged))
+        return await with_pinned(result, cut.lead_end, budget)  # issue 15: pinned come back
 
     def _checkpointed(
         self,
@@ -183,6 +187,16 @@ class SessionMemory:
         references = (removal.reference,) if budget.archiving else ()
         checkpoint = ContextSummary(
             summary=text, tokens_before=tokens_before, references=references
+        )
+        previous = view[cut.start - 1] if cut.start > cut.lead_end else None
+        # The user's instructions survive this checkpoint too; 8 % of the threshold is
+        # what FullSummary gives them by default (40 % of its fifth).
+        checkpoint = add_instructions(
+            checkpoint,
+            previous,
+            removal.originals,
+            max_tokens=int(0.08 * budget.threshold),
+            counter=budget.counter,
         )
         messages = rebuild_view(view, cut, checkpoint)
         tokens_after = budget.measure(messages)
@@ -203,7 +217,7 @@ class SessionMemory:
             compacted_count=len(replaced),
             kept_count=len(messages) - cut.lead_end - 1,
             is_split_turn=cut.is_split_turn,
-            summary_chars=len(text),
+            summary_chars=len(checkpoint.summary),
             duration=time.perf_counter() - started,
             references=references[-1:],
         )

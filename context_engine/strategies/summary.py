@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import partial
 from typing import Any, ClassVar, TypeAlias
 
 import attrs
@@ -25,9 +26,14 @@ from context_engine.summarize.cut import (
     rebuild_view,
     replaced_messages,
 )
+from context_engine.summarize.extractive import ExtractiveSummarizer
 from context_engine.summarize.files import DEFAULT_FILE_TOOLS, FileToolRule, merge, track_files
+from context_engine.summarize.gate import Review, gated
+from context_engine.summarize.instructions import keep_instructions
 from context_engine.summarize.memo import SummaryMemo
 from context_engine.summarize.prompts import DEFAULT_PROMPTS, SummaryPrompts
+from context_engine.summarize.reattach import reattach
+from context_engine.summarize.rehydrate import Rehydration
 from context_engine.summarize.request import Summarizer
 from context_engine.summarize.run import Deadline, SummaryCall, strip_images
 from context_engine.summarize.sections import join_prefix, split_prefix
@@ -124,6 +130,9 @@ class FullSummary:
     """Largest share of the threshold the checkpoint may take; a longer one is condensed."""
     redactor: Redactor | None = None
     """Removes secrets from everything sent to the summarizer; None sends the history as is."""
+    rehydrate: Rehydration | None = None
+    """Re-attaches the most recently used files after each checkpoint; None (the default)
+    does not (`context_engine.summarize.rehydrate`)."""
     _memo: SummaryMemo = attrs.field(factory=SummaryMemo, init=False, eq=False, repr=False)
     """Summarizer answers kept so a failed summary resumes where it stopped."""
 
@@ -168,16 +177,28 @@ class FullSummary:
             # Recorded as a no-op so the pipeline's next strategy still runs.
             return StrategyResult.unchanged(view, error=problem)
         removal = Removal("messages", replaced_messages(view, cut))
-        checkpoint = await self.write_checkpoint(
-            history,
-            prefix,
-            previous,
-            budget,
-            removal,
-            limit=self.checkpoint_limit(budget.threshold),
-            instructions=instructions,
+        write = partial(self._write_gated, history, prefix, previous, budget, removal, instructions)
+        review = Review(
+            originals=history + prefix,
+            previous=previous,
+            tokens_before=budget.tokens,
+            measure=lambda written: budget.measure(rebuild_view(view, cut, written)),
+            file_tools=self.file_tools,
+            redact=self._redact,
         )
+        extractive = isinstance(self.summarizer, ExtractiveSummarizer)
+        fallback = None if extractive else partial(write, ExtractiveSummarizer())
+        checkpoint, rejected = await gated(partial(write, self.summarizer), fallback, review)
         compacted = rebuild_view(view, cut, checkpoint)
+        compacted, checkpoint = await reattach(
+            compacted,
+            cut.lead_end,
+            checkpoint,
+            budget,
+            history + prefix,
+            self.rehydrate,
+            self.file_tools,
+        )
         compacted = await self._run_hooks(compacted, cut, budget, checkpoint, started)
         after = budget.measure(compacted)
         if after >= budget.tokens:
@@ -185,6 +206,7 @@ class FullSummary:
                 view, error=f"checkpoint would not shrink the view ({budget.tokens} -> {after})"
             )
         info = self._info(view, compacted, cut, budget.tokens, after, checkpoint, started)
+        info = attrs.evolve(info, rejected=rejected)
         return StrategyResult(
             messages=compacted,
             applied=True,
@@ -192,6 +214,41 @@ class FullSummary:
             info=info,
             removed=(removal,),
         )
+
+    async def _write_gated(
+        self,
+        history: tuple[Message, ...],
+        prefix: tuple[Message, ...],
+        previous: Message | None,
+        budget: Budget,
+        removal: Removal,
+        instructions: str | None,
+        summarizer: Summarizer,
+    ) -> ContextSummary:
+        """The checkpoint ``summarizer`` writes, opened by the user's instructions (by code)."""
+        writer = (
+            self if summarizer is self.summarizer else attrs.evolve(self, summarizer=summarizer)
+        )
+
+        async def body(
+            history: tuple[Message, ...],
+            prefix: tuple[Message, ...],
+            previous: Message | None,
+            limit: int,
+        ) -> ContextSummary:
+            return await writer.write_checkpoint(
+                history, prefix, previous, budget, removal, limit=limit, instructions=instructions
+            )
+
+        limit = self.checkpoint_limit(budget.threshold)
+        counter, redact = budget.counter, self._redact
+        return await keep_instructions(
+            body, history, prefix, previous, limit=limit, counter=counter, redact=redact
+        )
+
+    @property
+    def _redact(self) -> Callable[[str], str] | None:
+        return self.redactor.redact if self.redactor is not None else None
 
     def checkpoint_limit(self, threshold: int) -> int:
         """The most tokens a checkpoint may take under ``threshold``."""

@@ -6,7 +6,9 @@ here so that this package works without their clients installed.
 """
 
 from context_engine.summarize.extractive import ExtractiveSummarizer
+from context_engine.summarize.pinned import Pinned
 from context_engine.summarize.prompts import DEFAULT_PROMPTS, SummaryPrompts, build_request
+from context_engine.summarize.rehydrate import Rehydration
 from context_engine.summarize.request import (
     Summarizer,
     SummaryKind,
@@ -18,6 +20,8 @@ from context_engine.summarize.request import (
 __all__ = [
     "DEFAULT_PROMPTS",
     "ExtractiveSummarizer",
+    "Pinned",
+    "Rehydration",
     "Summarizer",
     "SummaryKind",
     "SummaryPrompts",

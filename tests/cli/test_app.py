@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from context_engine.formats.readers import read_transcript
+from context_engine.summarize.gate import last_failure_line
 from tests.cli.conftest import Runner
 from tests.conftest import corpus_files
 from tests.summarize.provider_server import ProviderServer, Reply, anthropic_ok, openai_ok
@@ -128,7 +129,12 @@ def test_compact_with_a_provider_summarizer_reads_the_environment(
 ) -> None:
     server = ProviderServer()
     body = openai_ok if kind == "openai" else anthropic_ok
-    server.queue(*(Reply(body=body("<summary>The parser bug is fixed.</summary>")),) * 4)
+    # The answer names every failure, or the quality gate would use the extractive digest.
+    messages = read_transcript(long_file).messages
+    failures = {last_failure_line(messages[: end + 1]) for end in range(len(messages))}
+    named = "\n".join(f"- {line}" for line in sorted(f for f in failures if f))
+    answer = f"<summary>The parser bug is fixed.\n{named}</summary>"
+    server.queue(*(Reply(body=body(answer)),) * 4)
     env = (
         {"OPENAI_API_KEY": "test", "OPENAI_BASE_URL": "{url}/v1"}
         if kind == "openai"

@@ -34,6 +34,7 @@ from context_engine.formats.strands import from_strands, to_strands
 from context_engine.integrations.strands import ContextEngineConversationManager
 from context_engine.invariants import check_view
 from context_engine.strategies import FullSummary, HardTruncate
+from context_engine.summarize.gate import last_failure_line
 from context_engine.testing import FixedTokenCounter, RecordingSummarizer, synthetic_session
 
 pytestmark = pytest.mark.extra("strands")
@@ -422,7 +423,9 @@ def test_proactive_reduce_context_never_raises(counter: FixedTokenCounter) -> No
 
 def test_a_compact_command_compacts_without_calling_the_model(counter: FixedTokenCounter) -> None:
     """``agent("/compact keep the parser notes")`` is a manual compaction."""
-    summarizer = RecordingSummarizer(["## Goal\n- fix the parser"])
+    # The answer quotes the last failure, or the quality gate would use the extractive digest.
+    failure = last_failure_line(history(40))
+    summarizer = RecordingSummarizer([f"## Goal\n- fix the parser\n- last failure: {failure}"])
     engine = ContextEngine.default(100_000, summarizer=summarizer, token_counter=counter)
     run = make_idle(counter, history(40), engine=engine)
     result = run.agent("/compact keep the parser notes")
@@ -536,7 +539,8 @@ def test_an_overflow_on_the_call_that_wrote_a_checkpoint_keeps_the_checkpoint(
     counter: FixedTokenCounter,
 ) -> None:
     """The recovery starts from the checkpoint: the retry sends it, no second summary is paid."""
-    summarizer = RecordingSummarizer()
+    # A short answer that keeps the last failure: the quality gate takes it as it is.
+    summarizer = RecordingSummarizer([f"Last failure: {last_failure_line(history(60))}"])
     engine = ContextEngine(
         20_000,
         reserve_tokens=4096,
@@ -557,8 +561,11 @@ def test_an_overflow_on_the_call_that_wrote_a_checkpoint_keeps_the_checkpoint(
     assert str(result).strip() == "All modules reviewed."
     first, retry = (from_strands(sent, system_prompt=SYSTEM) for sent in model.received)
     assert first[1].is_summary
-    assert retry[1].text == first[1].text  # the retry starts with that very checkpoint
+    # The retry starts with that very checkpoint (the last resort may trim its middle to fit).
+    opening = first[1].text.split("\n[")[0][:100]
+    assert retry[1].is_summary
+    assert retry[1].text.startswith(opening)
     assert len(retry) < len(first)
     assert summaries[0] >= 1
     assert summarizer.calls == summaries[0]  # the recovery wrote no second summary
-    assert from_strands(run.agent.messages)[0].text == first[1].text  # the history keeps it
+    assert from_strands(run.agent.messages)[0].text == retry[1].text  # the history keeps it

@@ -28,6 +28,7 @@ from context_engine.formats.openai import from_openai, to_openai
 from context_engine.messages import parse_context_summary
 from context_engine.strategies import FullSummary, HardTruncate, SessionMemory
 from context_engine.summarize.bound import Condensed
+from context_engine.summarize.instructions import split_instructions
 from context_engine.telemetry import Telemetry, current_telemetry
 from tests.fakes import agent_session
 from tests.reliability.support import (
@@ -206,7 +207,8 @@ async def test_a_huge_answer_is_cut_to_the_checkpoint_share_and_kept_in_its_meta
     threshold = 8_000 - engine.reserve_tokens
     assert COUNTER.count_message(checkpoint) <= int(0.2 * threshold)
     (cut,) = Condensed.of(checkpoint).items
-    assert checkpoint.summary[:-1] + cut == "x" * 1_000_000
+    _, body = split_instructions(checkpoint.summary)  # the user's instructions come first
+    assert body[:-1] + cut == "x" * 1_000_000
     assert result.fits
     assert engine.consecutive_failures == 0
     valid(transcript, result.messages)
@@ -261,7 +263,7 @@ async def test_an_answer_with_the_closing_delimiter_round_trips_as_one_checkpoin
     assert len(checkpoints) == 1
     checkpoint = checkpoints[0]
     assert isinstance(checkpoint, ContextSummary)
-    assert checkpoint.summary == text.strip()
+    assert split_instructions(checkpoint.summary)[1] == text.strip()
     parsed = parse_context_summary(checkpoint.text)
     assert parsed is not None
     assert (parsed.summary, parsed.read_files, parsed.modified_files) == (
@@ -438,7 +440,8 @@ async def test_a_megabyte_seed_is_cut_to_max_seed_chars(memory: str) -> None:
     engine = ContextEngine(8_000, [memory_strategy], token_counter=COUNTER)
     result = await engine.project(transcript)
     checkpoint = next(m for m in result.messages if m.is_summary)
-    head, notice = checkpoint.summary.rsplit("\n", 1)
+    _, memory_text = split_instructions(checkpoint.summary)  # the user's instructions first
+    head, notice = memory_text.rsplit("\n", 1)
     assert len(head) <= 2_000
     assert notice.startswith("[session memory cut to fit:")
     assert result.fits

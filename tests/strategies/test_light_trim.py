@@ -175,21 +175,40 @@ async def test_trims_older_text_and_results_but_not_the_protected_ones(
 ) -> None:
     view = mixed_view()
     result = await run(LightTrim(keep_recent=2, **SMALL), view, counter)
-    assert trimmed(result.messages) == [1, 2, 3, 6]
+    assert trimmed(result.messages) == [2, 3, 6]
     assert result.messages[2].tool_calls == view[2].tool_calls
     assert json.loads(result.messages[2].tool_calls[0].arguments)["content"] == LONG
     assert result.messages[4] is view[4]
-    for index in (0, 5, 7, 8):
+    for index in (0, 1, 5, 7, 8):
         assert result.messages[index] is view[index]
-    assert [result.messages[i].metadata[TRIMMED_KEY] for i in (1, 2, 3, 6)] == [1, 1, 1, 1]
+    assert [result.messages[i].metadata[TRIMMED_KEY] for i in (2, 3, 6)] == [1, 1, 1]
+
+
+async def test_never_trims_a_user_message_not_even_the_task_statement(
+    counter: FixedTokenCounter,
+) -> None:
+    """A long first request keeps the constraint in its middle once a second request arrives."""
+    constraint = "You DON'T have to modify the testing logic. "
+    task = "Fix the parser. " + "context " * 400 + constraint + "x" * 3000
+    view = [
+        Message.system("s"),
+        Message.user(task),
+        Message.assistant(LONG),
+        Message.user(LONG),
+        Message.assistant(LONG),
+        Message.user("and now the docs"),
+    ]
+    result = await run(LightTrim(keep_recent=0, **SMALL), view, counter, threshold=0)
+    assert trimmed(result.messages) == [2, 4]
+    assert [m for m in result.messages if m.role == "user"] == [view[1], view[3], view[5]]
 
 
 @pytest.mark.parametrize(
     ("keep_recent", "expected"),
     [
-        pytest.param(0, [1, 2, 3, 6, 8], id="zero-trims-up-to-the-end"),
-        pytest.param(2, [1, 2, 3, 6], id="two-keeps-the-last-group"),
-        pytest.param(4, [1, 2, 3], id="four-keeps-from-the-newest-user-on"),
+        pytest.param(0, [2, 3, 6, 8], id="zero-trims-up-to-the-end"),
+        pytest.param(2, [2, 3, 6], id="two-keeps-the-last-group"),
+        pytest.param(4, [2, 3], id="four-keeps-from-the-newest-user-on"),
         pytest.param(20, [], id="more-than-the-view-trims-nothing"),
     ],
 )
@@ -212,7 +231,7 @@ async def test_pending_calls_are_untouched(counter: FixedTokenCounter) -> None:
         Message.tool("p1", LONG, name="ls"),
     ]
     result = await run(LightTrim(keep_recent=0, **SMALL), view, counter)
-    assert trimmed(result.messages) == [1, 2]
+    assert trimmed(result.messages) == [2]
     assert result.messages[3:] == tuple(view[3:])
 
 
@@ -318,7 +337,7 @@ async def test_same_input_gives_equal_views(counter: FixedTokenCounter) -> None:
 
 
 def test_candidates_are_listed_oldest_first() -> None:
-    assert LightTrim(keep_recent=2, **SMALL).candidates(mixed_view()) == (1, 2, 3, 6)
+    assert LightTrim(keep_recent=2, **SMALL).candidates(mixed_view()) == (2, 3, 6)
 
 
 @pytest.mark.parametrize(
@@ -374,7 +393,7 @@ async def test_corpus_views_keep_invariants_and_are_stable(
     long_blocks = sum(
         1
         for i in eligible
-        if i != shape.last_user
+        if transcript[i].role != "user"
         for b in transcript[i].content
         if isinstance(b, TextBlock) and len(b.text) > strategy.text_threshold
     )
