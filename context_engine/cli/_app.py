@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 
 from context_engine.cli._archive import add_archive
 from context_engine.cli._commands import run_compact, run_demo, run_inspect, run_replay
-from context_engine.cli._common import DEFAULT_STRATEGIES, EXIT_USAGE, CliError
+from context_engine.cli._common import DEFAULT_STRATEGIES, EXIT_OK, EXIT_USAGE, CliError
 from context_engine.cli._output import Output
+from context_engine.cli._warnings import CliWarnings
 from context_engine.errors import ConfigurationError
 from context_engine.tokens import DEFAULT_ENCODING
 
@@ -57,6 +60,31 @@ def _common() -> argparse.ArgumentParser:
     return common
 
 
+def _file_argument(parser: argparse.ArgumentParser) -> None:
+    # Optional to argparse so that `inspect --json FILE` (where --json's optional PATH
+    # takes FILE) can be read as the user meant; `_settle_file` requires it afterwards.
+    parser.add_argument("file", metavar="FILE", nargs="?", help="the transcript")
+    parser.set_defaults(subparser=parser)
+
+
+def _settle_file(args: argparse.Namespace) -> None:
+    """Give ``FILE`` back when ``--json`` took it as its PATH; fail when there is none."""
+    if not hasattr(args, "subparser") or args.file is not None:
+        return
+    if args.json not in (None, "-"):
+        args.file, args.json = args.json, "-"
+        return
+    args.subparser.error("the following arguments are required: FILE")
+
+
+def _check_encoding(name: str) -> None:
+    import tiktoken
+
+    known = tiktoken.list_encoding_names()
+    if name not in known:
+        raise CliError(f"--encoding: unknown encoding {name!r}; choose from {', '.join(known)}")
+
+
 def _json_option(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument(
         "--json",
@@ -79,7 +107,7 @@ def _add_inspect(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("file", metavar="FILE", help="the transcript")
+    _file_argument(parser)
     parser.add_argument(
         "--window",
         type=_positive_int,
@@ -109,7 +137,7 @@ def _add_compact(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("file", metavar="FILE", help="the transcript")
+    _file_argument(parser)
     parser.add_argument(
         "--window",
         type=_positive_int,
@@ -157,7 +185,7 @@ def _add_replay(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("file", metavar="FILE", help="the transcript")
+    _file_argument(parser)
     parser.add_argument(
         "--window",
         type=_positive_int,
@@ -250,19 +278,47 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    out = Output(quiet=args.quiet or getattr(args, "json", None) == "-")
+    _settle_file(args)
+    out = _output(args)
     logger = logging.getLogger("context_engine")
     level = logger.level
     log_handler = logging.StreamHandler(out.stderr)
     log_handler.setFormatter(logging.Formatter("context-engine: %(levelname)s: %(message)s"))
     log_handler.setLevel(logging.ERROR if args.quiet else logging.WARNING)
+    log_handler.addFilter(CliWarnings())
     logger.addHandler(log_handler)
     logger.setLevel(logging.WARNING)
     try:
-        return handler(args, out)
+        if hasattr(args, "encoding"):
+            _check_encoding(args.encoding)
+        code = handler(args, out)
+        out.stdout.flush()  # a closed pipe shows here, not at exit
+        return code
     except (CliError, ConfigurationError) as exc:
         out.error(str(exc))
         return EXIT_USAGE
+    except BrokenPipeError:
+        return _pipe_closed()
     finally:
         logger.removeHandler(log_handler)
         logger.setLevel(level)
+
+
+def _output(args: argparse.Namespace) -> Output:
+    """Where the tables go: stdout, unless stdout carries the JSON or the transcript."""
+    json_out = getattr(args, "json", None) == "-"
+    data_out = getattr(args, "output", None) == "-" and hasattr(args, "subparser")
+    if json_out and data_out:
+        args.subparser.error("--json - and -o - both want standard output; give one a PATH")
+    if data_out:
+        return Output(quiet=args.quiet, stdout=sys.stderr)
+    return Output(quiet=args.quiet or json_out)
+
+
+def _pipe_closed() -> int:
+    """The reader went away (``| head``): nothing more to say, and nothing went wrong."""
+    # Python flushes stdout again at exit; point it at /dev/null so that flush is silent.
+    # An in-process caller's stdout may not be a real file: then there is nothing to redirect.
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return EXIT_OK

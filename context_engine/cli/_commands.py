@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
@@ -45,12 +47,23 @@ def _version() -> str:
 
 
 def _write_messages(target: str | Path, messages: tuple[Message, ...], fmt: WriteFormat) -> None:
+    if str(target) == "-":
+        _print_messages(messages, fmt)
+        return
     try:
         write_transcript(target, messages, format=fmt)
     except OSError as exc:
         raise CliError(f"cannot write {target}: {exc.strerror or exc}") from None
     except ContextEngineError as exc:
         raise CliError(f"cannot write the messages as {fmt}: {exc}") from None
+
+
+def _print_messages(messages: tuple[Message, ...], fmt: WriteFormat) -> None:
+    """Write the transcript on stdout, exactly as `write_transcript` writes a file."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "transcript"
+        _write_messages(path, messages, fmt)
+        sys.stdout.write(path.read_text(encoding="utf-8"))
 
 
 # -- inspect -----------------------------------------------------------------------------
@@ -153,7 +166,8 @@ def _show_compact(result: CompactResult, data: dict[str, Any], out: Output) -> N
             )
         tried = ", ".join(f"{s.name}{'*' if s.applied else ''}" for s in event.steps)
         out.line(f"  strategies tried (* applied): {tried}")
-    out.line(f"wrote {data['output']} ({data['format']}, {data['messages_after']} messages)")
+    where = "standard output" if data["output"] == "-" else data["output"]
+    out.line(f"wrote {where} ({data['format']}, {data['messages_after']} messages)")
     checkpoint = next((m for m in result.messages if isinstance(m, ContextSummary)), None)
     if checkpoint is not None and result.changed:
         lines = checkpoint.summary.splitlines()

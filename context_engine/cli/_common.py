@@ -6,7 +6,7 @@ import importlib.util
 import os
 from collections.abc import Awaitable, Mapping, Sequence
 
-from context_engine.errors import ContextEngineError
+from context_engine.errors import ContextEngineError, TranscriptFormatError
 from context_engine.formats.readers import Transcript, read_transcript
 from context_engine.redact import Redactor
 from context_engine.strategies import (
@@ -64,6 +64,8 @@ def load_transcript(path: str) -> Transcript:
         return read_transcript(path)
     except FileNotFoundError:
         raise CliError(f"{path}: no such file") from None
+    except TranscriptFormatError as exc:  # its text starts with the path already
+        raise CliError(f"cannot read {exc}") from None
     except (OSError, ValueError, ContextEngineError) as exc:
         raise CliError(f"cannot read {path}: {exc}") from None
 

@@ -9,7 +9,7 @@ from typing import Any
 import attrs
 
 from context_engine.engine import ContextEngine
-from context_engine.messages import Message
+from context_engine.messages import ImageBlock, Message
 from context_engine.redact import Redactor
 from context_engine.tokens import TOOL_CALL_OVERHEAD_TOKENS, TokenCounter
 
@@ -137,6 +137,9 @@ def preview(message: Message, width: int = 60) -> str:
         text = ", ".join(
             f"{call.name}({' '.join(call.arguments.split())})" for call in message.tool_calls
         )
+    images = [block for block in message.content if isinstance(block, ImageBlock)]
+    if not text and images:  # a screenshot tool's result is an image and nothing else
+        text = ", ".join(f"[image {image.media_type or 'url'}]" for image in images)
     text = _REDACTOR.redact(text)
     return text if len(text) <= width else text[: width - 1] + "…"
 

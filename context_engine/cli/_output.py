@@ -70,10 +70,8 @@ class Output:
         self.stderr = stderr or sys.stderr
         self._console: Any = None
         if _rich() is not None:
-            from rich.console import Console
-
             width = None if _isatty(self.stdout) else 140
-            self._console = Console(file=self.stdout, width=width, highlight=False)
+            self._console = _console(self.stdout, width)
 
     def line(self, text: str = "") -> None:
         """Print one line of text (nothing when quiet)."""
@@ -103,6 +101,18 @@ class Output:
         return Progress(
             total, label, stream=self.stderr, enabled=not self.quiet and _isatty(self.stderr)
         )
+
+
+def _console(stream: TextIO, width: int | None) -> Any:
+    from rich.console import Console
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            # rich exits with 1 here; `main` owns that decision (a closed pipe exits 0).
+            self.quiet = True
+            raise BrokenPipeError
+
+    return _Console(file=stream, width=width, highlight=False)
 
 
 def _isatty(stream: TextIO) -> bool:
