@@ -13,6 +13,7 @@ from context_engine.cli._archive import add_archive
 from context_engine.cli._commands import run_compact, run_demo, run_inspect, run_replay
 from context_engine.cli._common import DEFAULT_STRATEGIES, EXIT_OK, EXIT_USAGE, CliError
 from context_engine.cli._output import Output
+from context_engine.cli._repair import run_repair
 from context_engine.cli._warnings import CliWarnings
 from context_engine.errors import ConfigurationError
 from context_engine.tokens import DEFAULT_ENCODING
@@ -60,11 +61,18 @@ def _common() -> argparse.ArgumentParser:
     return common
 
 
-def _file_argument(parser: argparse.ArgumentParser) -> None:
+def _file_argument(parser: argparse.ArgumentParser, *, strict: bool = True) -> None:
     # Optional to argparse so that `inspect --json FILE` (where --json's optional PATH
     # takes FILE) can be read as the user meant; `_settle_file` requires it afterwards.
     parser.add_argument("file", metavar="FILE", nargs="?", help="the transcript")
-    parser.set_defaults(subparser=parser)
+    parser.set_defaults(subparser=parser, json=None)
+    if strict:
+        parser.add_argument(
+            "--strict",
+            action="store_true",
+            help="fail (exit 2) when a tool result answers no call or a call has no result "
+            "before the next message; without it these are warnings",
+        )
 
 
 def _settle_file(args: argparse.Namespace) -> None:
@@ -153,8 +161,8 @@ def _add_compact(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "-o",
         "--output",
         metavar="OUT",
-        help="where to write the compacted transcript (default FILE's name + .compacted.jsonl, "
-        "or .compacted.json for anthropic)",
+        help="where to write the compacted transcript ('-' for standard output; default FILE's "
+        "name + .compacted.jsonl, or .compacted.json for anthropic)",
     )
     parser.add_argument(
         "--format",
@@ -253,6 +261,33 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     parser.set_defaults(handler=run_demo)
 
 
+def _add_repair(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser(
+        "repair",
+        parents=[_common()],
+        help="fix tool calls and results that do not pair up",
+        description="Write a copy of the transcript a provider accepts: tool results that "
+        "answer no earlier call are removed, and a call followed by another message before "
+        "its result gets a placeholder result. Calls still open at the end stay open.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _file_argument(parser, strict=False)
+    parser.add_argument(
+        "-o",
+        "--output",
+        metavar="OUT",
+        help="where to write ('-' for standard output; default FILE's name + .repaired.jsonl, "
+        "or .repaired.json for anthropic)",
+    )
+    parser.add_argument(
+        "--format",
+        choices=("openai", "anthropic"),
+        help="format of OUT (default: the input's format when it is one of these, else openai)",
+    )
+    parser.set_defaults(handler=run_repair)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``context-engine``."""
     parser = argparse.ArgumentParser(
@@ -265,7 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for add in (_add_inspect, _add_compact, _add_replay, _add_demo, add_archive):
+    for add in (_add_inspect, _add_compact, _add_replay, _add_repair, _add_demo, add_archive):
         add(commands)
     return parser
 

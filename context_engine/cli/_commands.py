@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
-import tempfile
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import attrs
 
@@ -23,21 +21,25 @@ from context_engine.cli._common import (
 )
 from context_engine.cli._html import render_html
 from context_engine.cli._inspect import inspect_messages
-from context_engine.cli._output import Output, emit_json, write_text
+from context_engine.cli._output import (
+    Output,
+    WriteFormat,
+    emit_json,
+    write_messages,
+    write_text,
+)
 from context_engine.cli._present import num, show_inspect, show_replay
+from context_engine.cli._repair import read_checked
 from context_engine.cli.replay import ReplayReport, replay
 from context_engine.engine import ContextEngine
-from context_engine.errors import CompactionError, ContextEngineError
+from context_engine.errors import CompactionError
 from context_engine.events import RewriteEvent
-from context_engine.formats.readers import write_transcript
 from context_engine.messages import ContextSummary, Message
 from context_engine.redact import Redactor
 from context_engine.results import CompactResult
 from context_engine.testing import synthetic_session
 
 __all__ = ["demo_window", "run_compact", "run_demo", "run_inspect", "run_replay"]
-
-WriteFormat = Literal["openai", "anthropic"]
 
 
 def _version() -> str:
@@ -46,32 +48,12 @@ def _version() -> str:
     return __version__
 
 
-def _write_messages(target: str | Path, messages: tuple[Message, ...], fmt: WriteFormat) -> None:
-    if str(target) == "-":
-        _print_messages(messages, fmt)
-        return
-    try:
-        write_transcript(target, messages, format=fmt)
-    except OSError as exc:
-        raise CliError(f"cannot write {target}: {exc.strerror or exc}") from None
-    except ContextEngineError as exc:
-        raise CliError(f"cannot write the messages as {fmt}: {exc}") from None
-
-
-def _print_messages(messages: tuple[Message, ...], fmt: WriteFormat) -> None:
-    """Write the transcript on stdout, exactly as `write_transcript` writes a file."""
-    with tempfile.TemporaryDirectory() as directory:
-        path = Path(directory) / "transcript"
-        _write_messages(path, messages, fmt)
-        sys.stdout.write(path.read_text(encoding="utf-8"))
-
-
 # -- inspect -----------------------------------------------------------------------------
 
 
 def run_inspect(args: argparse.Namespace, out: Output) -> int:
     """``inspect FILE``: exit 0 when the transcript fits under the threshold, else 1."""
-    transcript = load_transcript(args.file)
+    transcript = read_checked(args, out)
     report = inspect_messages(
         transcript.messages,
         window=args.window,
@@ -103,7 +85,7 @@ def _output_path(source: str, fmt: WriteFormat) -> Path:
 
 def run_compact(args: argparse.Namespace, out: Output) -> int:
     """``compact FILE``: exit 0 when the compacted transcript fits, 1 when not or on failure."""
-    transcript = load_transcript(args.file)
+    transcript = read_checked(args, out)
     summarizer = CountingSummarizer(build_summarizer(args.summarizer))
     engine = ContextEngine.default(
         args.window, summarizer=summarizer, redactor=Redactor(), encoding=args.encoding
@@ -117,7 +99,7 @@ def run_compact(args: argparse.Namespace, out: Output) -> int:
         "anthropic" if transcript.format == "anthropic" else "openai"
     )
     target = Path(args.output) if args.output else _output_path(transcript.source, fmt)
-    _write_messages(target, result.messages, fmt)
+    write_messages(target, result.messages, fmt)
     info = result.info
     data = {
         "source": transcript.source,
@@ -228,7 +210,7 @@ def _publish(report: ReplayReport, args: argparse.Namespace, out: Output, title:
 def run_replay(args: argparse.Namespace, out: Output) -> int:
     """``replay FILE``: exit 0 when the replay found no problem, else 1."""
     strategies = parse_strategies(args.strategies)
-    transcript = load_transcript(args.file)
+    transcript = read_checked(args, out)
     if args.session is not None and args.archive is None:
         raise CliError("--session names the archive's session; give --archive URL with it")
     archive = open_cli_archive(args.archive) if args.archive else None
@@ -269,7 +251,7 @@ def run_demo(args: argparse.Namespace, out: Output) -> int:
         raise CliError(f"cannot create {directory}: {exc.strerror or exc}") from None
     session = tuple(synthetic_session(args.steps))
     path = directory / "demo-session.jsonl"
-    _write_messages(path, session, "openai")
+    write_messages(path, session, "openai")
     transcript = load_transcript(str(path))
     window = args.window or demo_window(args.steps)
     out.line(

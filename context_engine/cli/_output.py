@@ -7,17 +7,32 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType, TracebackType
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
 import attrs
 
 from context_engine.cli._common import CliError
+from context_engine.errors import ContextEngineError
+from context_engine.formats.readers import write_transcript
+from context_engine.messages import Message
 
-__all__ = ["Output", "Progress", "Table", "emit_json", "rich_available", "write_text"]
+__all__ = [
+    "Output",
+    "Progress",
+    "Table",
+    "WriteFormat",
+    "emit_json",
+    "rich_available",
+    "write_messages",
+    "write_text",
+]
+
+WriteFormat = Literal["openai", "anthropic"]
 
 
 @attrs.frozen
@@ -91,6 +106,11 @@ class Output:
             self._console.print()
         else:
             print(plain_table(table), file=self.stdout)
+
+    def warning(self, text: str) -> None:
+        """Print a warning on stderr (nothing when quiet)."""
+        if not self.quiet:
+            print(f"context-engine: WARNING: {text}", file=self.stderr)
 
     def error(self, text: str) -> None:
         """Print an error on stderr, also when quiet."""
@@ -265,3 +285,28 @@ def write_text(target: str | Path, text: str) -> None:
         Path(target).write_text(text, encoding="utf-8")
     except OSError as exc:
         raise CliError(f"cannot write {target}: {exc.strerror or exc}") from None
+
+
+def write_messages(target: str | Path, messages: tuple[Message, ...], fmt: WriteFormat) -> None:
+    """Write ``messages`` to ``target`` (``-`` is stdout) with `write_transcript`.
+
+    Raises:
+        CliError: the file cannot be written, or a message cannot be written as ``fmt``.
+    """
+    if str(target) == "-":
+        _print_messages(messages, fmt)
+        return
+    try:
+        write_transcript(target, messages, format=fmt)
+    except OSError as exc:
+        raise CliError(f"cannot write {target}: {exc.strerror or exc}") from None
+    except ContextEngineError as exc:
+        raise CliError(f"cannot write the messages as {fmt}: {exc}") from None
+
+
+def _print_messages(messages: tuple[Message, ...], fmt: WriteFormat) -> None:
+    """Write the transcript on stdout, exactly as `write_transcript` writes a file."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "transcript"
+        write_messages(path, messages, fmt)
+        sys.stdout.write(path.read_text(encoding="utf-8"))
