@@ -10,9 +10,11 @@ import sys
 from collections.abc import Callable, Sequence
 
 from context_engine.cli._archive import add_archive
-from context_engine.cli._commands import run_compact, run_demo, run_inspect, run_replay
-from context_engine.cli._common import DEFAULT_STRATEGIES, EXIT_OK, EXIT_USAGE, CliError
+from context_engine.cli._commands import run_demo, run_inspect, run_replay
+from context_engine.cli._common import EXIT_OK, EXIT_USAGE, CliError
+from context_engine.cli._compact import run_compact
 from context_engine.cli._output import Output
+from context_engine.cli._pipeline import add_pipeline_options
 from context_engine.cli._repair import run_repair
 from context_engine.cli._warnings import CliWarnings
 from context_engine.errors import ConfigurationError
@@ -30,11 +32,6 @@ Transcripts are read with context_engine.formats.readers.read_transcript:
 OpenAI Chat Completions messages (JSON or JSONL), Anthropic Messages API
 bodies, Claude Code sessions and Codex rollouts.
 """
-
-_SUMMARIZER_HELP = (
-    "who writes checkpoints: 'extractive' (offline, no model; the default), "
-    "'openai:MODEL' (OPENAI_API_KEY, OPENAI_BASE_URL) or 'anthropic:MODEL' (ANTHROPIC_API_KEY)"
-)
 
 
 def _positive_int(text: str) -> int:
@@ -110,8 +107,9 @@ def _add_inspect(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         parents=[_common()],
         help="where a transcript's tokens go, and what the engine would do",
         description="Show where a transcript's tokens go (by role, by tool, largest messages, "
-        "provider usage anchors), whether it fits the window with the default reserve, and "
-        "what ContextEngine.default(window) would do with it. Exit 1 when it does not fit.",
+        "provider usage anchors, tool schemas), whether it fits the window, and what the "
+        "pipeline replay runs (--strategies, --summarizer) would do with it and why each "
+        "strategy applied or not. Exit 1 when it does not fit.",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -130,6 +128,7 @@ def _add_inspect(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="N",
         help="how many of the largest messages to list (default 10)",
     )
+    add_pipeline_options(parser, _positive_int)
     _json_option(parser, "the report")
     parser.set_defaults(handler=run_inspect)
 
@@ -139,9 +138,11 @@ def _add_compact(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "compact",
         parents=[_common()],
         help="compact a transcript once, as /compact does",
-        description="Run one forced compaction (ContextEngine.compact) and write the messages "
-        "to commit. Exit 1 when the result is still above the threshold or the summarizer "
-        "failed.",
+        description="Run one forced compaction (ContextEngine.compact); when the checkpoint "
+        "alone leaves the transcript above the threshold, run the replay pipeline "
+        "(--strategies) on it as the next call would. Write the result and say what was "
+        "protected and why. Exit 1 when the result is still above the threshold or the "
+        "summarizer failed.",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -153,7 +154,7 @@ def _add_compact(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="N",
         help="context window in tokens",
     )
-    parser.add_argument("--summarizer", default="extractive", metavar="SPEC", help=_SUMMARIZER_HELP)
+    add_pipeline_options(parser, _positive_int)
     parser.add_argument(
         "--instructions", metavar="TEXT", help="what the checkpoint should focus on"
     )
@@ -201,19 +202,7 @@ def _add_replay(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         metavar="N",
         help="context window in tokens",
     )
-    parser.add_argument(
-        "--reserve",
-        type=_positive_int,
-        metavar="N",
-        help="head-room for the answer in tokens (default clamp(0.13 x window, 4096, 16384))",
-    )
-    parser.add_argument(
-        "--strategies",
-        default=DEFAULT_STRATEGIES,
-        metavar="LIST",
-        help=f"comma-separated pipeline, in order (default {DEFAULT_STRATEGIES})",
-    )
-    parser.add_argument("--summarizer", default="extractive", metavar="SPEC", help=_SUMMARIZER_HELP)
+    add_pipeline_options(parser, _positive_int)
     parser.add_argument(
         "--archive",
         metavar="URL",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import os
 from collections.abc import Awaitable, Mapping, Sequence
 
@@ -141,7 +142,7 @@ def _anthropic_summarizer(model: str, env: Mapping[str, str]) -> Summarizer:
 
 
 class CountingSummarizer:
-    """Wraps a summarizer and counts its calls; sync stays sync, async stays async.
+    """Wraps a summarizer and counts its calls and failures; sync stays sync, async stays async.
 
     Args:
         inner: The summarizer to call.
@@ -150,11 +151,26 @@ class CountingSummarizer:
     def __init__(self, inner: Summarizer) -> None:
         self.inner = inner
         self.calls = 0
+        self.failures = 0
 
     def __call__(self, request: SummaryRequest) -> str | Awaitable[str]:
         """Count the call and hand ``request`` to the wrapped summarizer."""
         self.calls += 1
-        return self.inner(request)
+        try:
+            answer = self.inner(request)
+        except Exception:
+            self.failures += 1
+            raise
+        if inspect.isawaitable(answer):
+            return self._watched(answer)
+        return answer
+
+    async def _watched(self, answer: Awaitable[str]) -> str:
+        try:
+            return await answer
+        except Exception:
+            self.failures += 1
+            raise
 
 
 def parse_strategies(spec: str) -> tuple[str, ...]:
@@ -179,8 +195,12 @@ def parse_strategies(spec: str) -> tuple[str, ...]:
     return tuple(resolved)
 
 
-def build_strategies(names: Sequence[str], summarizer: Summarizer | None) -> list[Strategy]:
+def build_strategies(
+    names: Sequence[str], summarizer: Summarizer | None, *, keep_recent_tokens: int | None = None
+) -> list[Strategy]:
     """Strategy objects with their default settings for the names `parse_strategies` returned.
+
+    ``keep_recent_tokens`` (``--keep-tail``) goes to `FullSummary`; None keeps its default.
 
     Raises:
         CliError: ``full_summary`` is asked for without a summarizer.
@@ -194,7 +214,13 @@ def build_strategies(names: Sequence[str], summarizer: Summarizer | None) -> lis
         elif name == "full_summary":
             if summarizer is None:
                 raise CliError("the summary strategy needs a summarizer (--summarizer)")
-            strategies.append(FullSummary(summarizer=summarizer, redactor=Redactor()))
+            strategies.append(
+                FullSummary(
+                    summarizer=summarizer,
+                    redactor=Redactor(),
+                    keep_recent_tokens=keep_recent_tokens,
+                )
+            )
         elif name == "hard_truncate":
             strategies.append(HardTruncate())
     return strategies

@@ -209,9 +209,16 @@ def show_inspect(report: InspectReport, out: Output) -> None:
         + (f" ({num(report.usage_tokens)} from provider usage)" if report.usage_tokens else "")
     )
     out.line(
-        f"window {num(report.window)}, default reserve {num(report.reserve)}, "
+        f"window {num(report.window)}, reserve {num(report.reserve)}, "
         f"threshold {num(report.threshold)}: {verdict}"
     )
+    overhead = report.overhead
+    if overhead.tokens:
+        out.line(
+            f"sent with every call besides the messages: {num(overhead.tokens)} tokens "
+            f"({overhead.tools} tool definitions: {num(overhead.tools_tokens)}; "
+            f"--overhead: {num(overhead.extra)}), included above"
+        )
     out.line()
     for table in inspect_tables(report):
         out.table(table)
@@ -292,14 +299,17 @@ def _show_engine(report: InspectReport, out: Output) -> None:
     if not report.anchors:
         out.line("No provider usage anchors: all counts come from the tokenizer.")
     outcome = report.engine
-    out.line(f"What ContextEngine.default({report.window}) would do:")
+    out.line(
+        f"What the pipeline would do ({', '.join(report.strategies)}; "
+        f"summarizer {report.summarizer}):"
+    )
     if not outcome.steps:
         out.line("  nothing: the transcript is at or below the threshold.")
         return
     out.table(
         Table(
-            "Strategies run (in order)",
-            ("strategy", "applied", "tokens before", "tokens after", "ms", "error"),
+            "Strategies run (in order, until the view fits)",
+            ("strategy", "applied", "tokens before", "tokens after", "ms", "why"),
             tuple(
                 (
                     s.name,
@@ -307,7 +317,7 @@ def _show_engine(report: InspectReport, out: Output) -> None:
                     num(s.tokens_before),
                     num(s.tokens_after),
                     f"{s.duration_ms:.1f}",
-                    s.error or "",
+                    s.reason,
                 )
                 for s in outcome.steps
             ),

@@ -286,6 +286,8 @@ def replay(
     check: ViewCheck | None = None,
     archive: Archive | None = None,
     session_id: str | None = None,
+    overhead_tokens: int = 0,
+    keep_recent_tokens: int | None = None,
 ) -> ReplayReport:
     """Replay ``messages`` through a fresh engine, one LLM call per assistant message.
 
@@ -303,6 +305,9 @@ def replay(
         check: Called with ``(engine input, view)`` for every view, for extra checks.
         archive: Where the engine stores every original a rewrite removes.
         session_id: The session the archive files them under (needed with ``archive``).
+        overhead_tokens: Tokens every call sends besides the messages (tool
+            schemas); counted with and without the engine.
+        keep_recent_tokens: What ``full_summary`` keeps verbatim; None for its default.
 
     Raises:
         CliError: ``full_summary`` is listed without a summarizer.
@@ -313,8 +318,9 @@ def replay(
     events: list[RewriteEvent] = []
     engine = ContextEngine(
         window,
-        build_strategies(strategies, counting),
+        build_strategies(strategies, counting, keep_recent_tokens=keep_recent_tokens),
         reserve_tokens=reserve,
+        overhead_tokens=overhead_tokens,
         encoding=encoding,
         token_counter=token_counter,
         on_project=events.append,
