@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import attrs
 
+from context_engine.cli._baselines import MASK_KEEP
 from context_engine.cli._inspect import InspectReport
 from context_engine.cli._output import Output, Table
 from context_engine.cli.replay import ReplayReport, RewriteRecord
@@ -54,6 +55,7 @@ class SessionRow:
         committed: Whether the rewrite was committed.
         changed: Whether the view changed.
         tried: Strategies tried by the last rewrite (``*`` = applied).
+        excerpt: What the last rewrite put in place of the content (`RewriteRecord.excerpt`).
     """
 
     first_call: int
@@ -68,6 +70,7 @@ class SessionRow:
     committed: bool
     changed: bool
     tried: tuple[str, ...]
+    excerpt: str = ""
 
     @property
     def calls(self) -> str:
@@ -101,6 +104,7 @@ def session_rows(rewrites: Sequence[RewriteRecord]) -> list[SessionRow]:
                 tokens_before=record.tokens_before,
                 tokens_after=record.tokens_after,
                 tried=record.strategies_tried,
+                excerpt=record.excerpt,
             )
             continue
         rows.append(
@@ -117,6 +121,7 @@ def session_rows(rewrites: Sequence[RewriteRecord]) -> list[SessionRow]:
                 committed=record.committed,
                 changed=record.changed,
                 tried=record.strategies_tried,
+                excerpt=record.excerpt,
             )
         )
     return rows
@@ -138,23 +143,50 @@ def session_table(report: ReplayReport) -> Table:
     )
     return Table(
         "Rewrites (calls rewritten the same way in a row are grouped; figures of the last)",
-        ("calls", "rewrites", "reason", "strategy", "tokens before", "tokens after", "tried"),
+        (
+            "calls",
+            "rewrites",
+            "reason",
+            "strategy",
+            "tokens before",
+            "tokens after",
+            "tried",
+        ),
         rows,
         numeric=frozenset({1, 4, 5}),
     )
+
+
+def saved_share(baseline: int, tokens: int) -> str:
+    """``12.5% saved`` against ``baseline``, or ``3.1% more`` when the engine sent more."""
+    if baseline >= tokens:
+        return f"{percent(baseline - tokens, baseline)} saved"
+    return f"{percent(tokens - baseline, baseline)} more"
 
 
 def replay_summary(report: ReplayReport) -> list[tuple[str, str]]:
     """The headline numbers of a replay as (label, value) pairs."""
     totals = report.totals
     by_strategy = Counter(r.strategy for r in report.rewrites if r.changed)
-    saved = totals.tokens_without - totals.tokens
     return [
         ("LLM calls", f"{num(totals.calls)} (from {num(report.messages)} messages)"),
+        ("tokens sent", f"{num(totals.tokens)} with the engine"),
         (
-            "tokens sent",
-            f"{num(totals.tokens)} with the engine, {num(totals.tokens_without)} without "
-            f"({percent(saved, totals.tokens_without)} saved)",
+            "vs hard trimming",
+            f"{num(totals.tokens_trimmed)} dropping the oldest messages to fit "
+            f"({saved_share(totals.tokens_trimmed, totals.tokens)})",
+        ),
+        (
+            "vs masking",
+            f"{num(totals.tokens_masked)} masking all but the newest {MASK_KEEP} tool results "
+            f"({saved_share(totals.tokens_masked, totals.tokens)}; "
+            f"{num(totals.masked_over_window)} calls still above the window)",
+        ),
+        (
+            "whole history",
+            f"{num(totals.tokens_without)} sending everything, for context: "
+            f"{num(totals.without_over_window)} of {num(totals.calls)} calls would be above "
+            "the window and rejected",
         ),
         ("largest prompt", f"{num(totals.max_tokens)} tokens (window {num(report.window)})"),
         (

@@ -17,7 +17,9 @@ from typing import Any
 import attrs
 
 from context_engine.archive.base import Archive
+from context_engine.cli._baselines import Baselines
 from context_engine.cli._common import CountingSummarizer, build_strategies
+from context_engine.cli._excerpt import replacement_excerpt
 from context_engine.engine import ContextEngine
 from context_engine.events import RewriteEvent
 from context_engine.invariants import check_view
@@ -41,7 +43,12 @@ class CallRecord:
         step: Index in the original transcript of the assistant message the call produced.
         messages: Messages in the view sent.
         tokens: Prompt tokens sent with the engine.
-        tokens_without: Prompt tokens the whole history up to this call would have taken.
+        tokens_without: Prompt tokens the whole history up to this call would have taken
+            (above the window a provider rejects it: context, not a baseline).
+        tokens_trimmed: The call's tokens with hard trimming to the window instead (the
+            oldest messages dropped until the rest fits under the threshold).
+        tokens_masked: The call's tokens with observation masking instead (tool results
+            but the newest ten replaced by a placeholder).
         prefix_reused: The previous call's prompt is a prefix of this one (a
             provider's prompt cache can reuse it).
         strategy: The last strategy that rewrote this call's view, or None.
@@ -56,6 +63,8 @@ class CallRecord:
     prefix_reused: bool
     strategy: str | None = None
     overflow: bool = False
+    tokens_trimmed: int = 0
+    tokens_masked: int = 0
 
 
 @attrs.frozen(kw_only=True)
@@ -73,6 +82,8 @@ class RewriteRecord:
         tokens_after: Tokens of the view.
         strategies_tried: ``name`` for each strategy run, ``name*`` when it applied.
         futile: The untouchable part alone was above the target.
+        excerpt: What replaced the content: the start of the checkpoint, placeholder or
+            marker the rewrite left in the view ("" when it left none).
     """
 
     call: int
@@ -85,6 +96,7 @@ class RewriteRecord:
     tokens_after: int
     strategies_tried: tuple[str, ...] = ()
     futile: bool = False
+    excerpt: str = ""
 
 
 @attrs.frozen(kw_only=True)
@@ -94,7 +106,12 @@ class ReplayTotals:
     Attributes:
         calls: LLM calls replayed.
         tokens: Prompt tokens sent with the engine, all calls.
-        tokens_without: Prompt tokens without the engine, all calls.
+        tokens_without: Prompt tokens without the engine, all calls (context only).
+        tokens_trimmed: Prompt tokens with hard trimming to the window, all calls.
+        tokens_masked: Prompt tokens with observation masking, all calls.
+        without_over_window: Calls whose whole history was above the window: a
+            provider would have rejected them without the engine.
+        masked_over_window: Calls still above the window with observation masking.
         max_tokens: The largest prompt sent with the engine.
         rewrites: Rewrite events that changed the view.
         commits: Of those, the ones committed to the running transcript.
@@ -120,6 +137,10 @@ class ReplayTotals:
     breaker_trips: int
     failures: int
     summarizer_calls: int
+    tokens_trimmed: int = 0
+    tokens_masked: int = 0
+    without_over_window: int = 0
+    masked_over_window: int = 0
 
 
 @attrs.frozen(kw_only=True)
@@ -188,6 +209,7 @@ def _record(event: RewriteEvent, call: int, step: int) -> RewriteRecord:
         tokens_after=event.tokens_after,
         strategies_tried=tuple(f"{s.name}{'*' if s.applied else ''}" for s in event.steps),
         futile=event.futile,
+        excerpt=replacement_excerpt(event.view) if event.changed else "",
     )
 
 
@@ -205,6 +227,7 @@ class _Run:
     problems: list[str] = attrs.Factory(list)
     previous: tuple[Message, ...] | None = None
     failures: int = 0
+    baselines: Baselines | None = None
 
     def call(self, step: int, tokens_without: int) -> None:
         """Project the running transcript for the call that produced message ``step``."""
@@ -232,6 +255,8 @@ class _Run:
                 prefix_reused=_is_prefix(self.previous, view),
                 strategy=changed[-1] if changed else None,
                 overflow=overflow,
+                tokens_trimmed=self.baselines.trimmed(tokens_without) if self.baselines else 0,
+                tokens_masked=self.baselines.masked(tokens_without) if self.baselines else 0,
             )
         )
         self.previous = view
@@ -329,6 +354,7 @@ def replay(
         session_id=session_id,
     )
     run = _Run(engine=engine, original=tuple(messages), check=check, events=events)
+    run.baselines = Baselines(engine.counter, engine.threshold, engine.overhead_tokens)
     _drive(run, progress)
     return _report(
         run,
@@ -358,6 +384,8 @@ def _drive(run: _Run, progress: ProgressFn | None) -> None:
             if progress is not None:
                 progress(len(run.calls), total)
         run.running.append(message)
+        if run.baselines is not None:
+            run.baselines.add(message)
         cumulative.append(cumulative[-1] + counter.count_message(message))
         if message.role == "assistant" and message.usage is not None:
             anchor = index
@@ -389,6 +417,10 @@ def _report(
         breaker_trips=sum(r.reason == "circuit_breaker" for r in rewrites),
         failures=run.failures,
         summarizer_calls=summarizer_calls,
+        tokens_trimmed=sum(c.tokens_trimmed for c in calls),
+        tokens_masked=sum(c.tokens_masked for c in calls),
+        without_over_window=sum(c.tokens_without > window for c in calls),
+        masked_over_window=sum(c.tokens_masked > window for c in calls),
     )
     return ReplayReport(
         source=source,
