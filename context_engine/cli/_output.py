@@ -81,8 +81,8 @@ class Output:
         self, *, quiet: bool = False, stdout: TextIO | None = None, stderr: TextIO | None = None
     ) -> None:
         self.quiet = quiet
-        self.stdout = stdout or sys.stdout
-        self.stderr = stderr or sys.stderr
+        self.stdout = _tolerant(stdout or sys.stdout)
+        self.stderr = _tolerant(stderr or sys.stderr)
         self._console: Any = None
         if _rich() is not None:
             width = None if _isatty(self.stdout) else 140
@@ -121,6 +121,18 @@ class Output:
         return Progress(
             total, label, stream=self.stderr, enabled=not self.quiet and _isatty(self.stderr)
         )
+
+
+def _tolerant(stream: TextIO) -> TextIO:
+    """``stream``, set to escape what its encoding cannot write instead of raising.
+
+    A transcript may hold lone surrogates (valid JSON escapes, no valid UTF-8) or
+    text the terminal's encoding lacks; a preview of it must not end the command.
+    """
+    reconfigure = getattr(stream, "reconfigure", None)
+    if reconfigure is not None:
+        reconfigure(errors="backslashreplace")
+    return stream
 
 
 def _console(stream: TextIO, width: int | None) -> Any:

@@ -165,3 +165,12 @@ def test_invalid_utf8_names_the_line_and_offset_and_the_path_once(
     assert ran.stderr.count(str(path)) == 1, ran.stderr
     offset = data.index(b"\xff")
     assert f"line 2: is not UTF-8 text: byte 0xff at offset {offset}" in ran.stderr
+
+
+def test_a_lone_surrogate_in_a_message_is_printed_escaped(cli: Runner, tmp_path: Path) -> None:
+    path = tmp_path / "surrogate.jsonl"
+    path.write_text('{"role": "user", "content": "bad \\ud800 text"}\n', encoding="utf-8")
+    ran = cli("inspect", path)
+    assert ran.code == 0, ran.stderr
+    assert "Traceback" not in ran.stderr
+    assert "bad \\ud800 text" in ran.stdout
