@@ -62,13 +62,19 @@ def _compact(
         result = engine.compact_sync(messages, instructions)
         forced = result.event
         committed = result.commit if result.commit is not None else messages
-        if not result.changed and forced is not None:
+        if not result.changed:
             declined = _why_unchanged(forced)
     except CompactionError as exc:
         if pipeline.summarizer is not None and pipeline.summarizer.failures:
             raise
         # The strategy declined (a checkpoint larger than what it replaces): not a failure.
-        committed, declined = messages, str(exc).split("; .view", 1)[0]
+        text = str(exc).split("; .view", 1)[0]
+        committed = messages
+        declined = (
+            "a checkpoint would be larger than the history it replaces"
+            if "would not shrink" in text
+            else text
+        )
     estimate = engine.estimate(committed).tokens
     if estimate <= engine.threshold:
         return _Outcome(
@@ -91,9 +97,10 @@ def _compact(
     )
 
 
-def _why_unchanged(event: RewriteEvent) -> str:
-    reasons = [step_reason(step, event) for step in event.steps if not step.applied]
-    return "; ".join(reasons) or "nothing older than the kept tail"
+def _why_unchanged(event: RewriteEvent | None) -> str:
+    steps = event.steps if event is not None else ()
+    reasons = [step_reason(step, event) for step in steps if not step.applied]
+    return "; ".join(reasons) or "no history before the kept tail to summarize (see --keep-tail)"
 
 
 def run_compact(args: argparse.Namespace, out: Output) -> int:
@@ -174,7 +181,7 @@ def _show(
                 f"modified: {', '.join(forced.info.modified_files) or '-'}"
             )
     else:
-        out.line(f"No checkpoint for {data['source']}: {outcome.declined or 'nothing to compact'}.")
+        out.line(f"No checkpoint for {data['source']}: {outcome.declined}.")
     if outcome.fitted is not None:
         out.line(
             f"  the checkpoint left {num(outcome.fitted.tokens_before)} tokens, above the "
