@@ -303,7 +303,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     _settle_file(args)
-    out = _output(args)
+    try:
+        out = _output(args)
+    except CliError as exc:
+        Output(quiet=args.quiet).error(str(exc))
+        return EXIT_USAGE
     logger = logging.getLogger("context_engine")
     level = logger.level
     log_handler = logging.StreamHandler(out.stderr)
@@ -329,11 +333,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _output(args: argparse.Namespace) -> Output:
-    """Where the tables go: stdout, unless stdout carries the JSON or the transcript."""
+    """Where the tables go: stdout, unless stdout carries the JSON, transcript or report."""
     json_out = getattr(args, "json", None) == "-"
-    data_out = getattr(args, "output", None) == "-" and hasattr(args, "subparser")
+    data_out = "-" in (getattr(args, "output", None), getattr(args, "html", None))
     if json_out and data_out:
-        args.subparser.error("--json - and -o - both want standard output; give one a PATH")
+        raise CliError("--json - and -o - (or --html -) all want standard output; give them a PATH")
     if data_out:
         return Output(quiet=args.quiet, stdout=sys.stderr)
     return Output(quiet=args.quiet or json_out)

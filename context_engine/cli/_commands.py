@@ -109,7 +109,7 @@ def _publish(report: ReplayReport, args: argparse.Namespace, out: Output, title:
     show_replay(report, out)
     if args.html:
         write_text(args.html, render_html(report, title=title, version=_version()))
-        out.line(f"wrote {args.html}")
+        out.line(f"wrote {'standard output' if args.html == '-' else args.html}")
     if args.json:
         emit_json(report.to_json(), args.json, out)
     return EXIT_PROBLEM if report.problems else EXIT_OK

@@ -288,11 +288,14 @@ def emit_json(data: Any, target: str, out: Output) -> None:
 
 
 def write_text(target: str | Path, text: str) -> None:
-    """Write ``text`` to the file ``target`` as UTF-8.
+    """Write ``text`` to the file ``target`` as UTF-8 (``-`` is stdout).
 
     Raises:
         CliError: the file cannot be written.
     """
+    if str(target) == "-":
+        sys.stdout.write(text)
+        return
     try:
         Path(target).write_text(text, encoding="utf-8")
     except OSError as exc:

@@ -42,10 +42,17 @@ def test_compact_output_dash_writes_the_transcript_on_stdout(
     assert not (tmp_path / "-").exists()
 
 
+def test_html_dash_writes_the_report_on_stdout(cli: Runner, small_file: Path) -> None:
+    ran = cli("replay", small_file, "--window", "9000", "--html", "-", "--encoding", "cl100k_base")
+    assert ran.code == 0, ran.stderr
+    assert ran.stdout.startswith("<!DOCTYPE html>")
+    assert "Replayed" in ran.stderr  # the tables moved out of the way
+
+
 def test_output_and_json_cannot_both_take_stdout(cli: Runner, small_file: Path) -> None:
     ran = cli("compact", small_file, "--window", "9000", "-o", "-", "--json", "-")
     assert ran.code == 2
-    assert "both want standard output" in ran.stderr
+    assert "all want standard output" in ran.stderr
 
 
 def _piped_into_closed_reader(*args: str | Path) -> subprocess.CompletedProcess[bytes]:
