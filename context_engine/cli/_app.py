@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 
 from context_engine.cli._archive import add_archive
-from context_engine.cli._commands import run_compact, run_demo, run_inspect, run_replay
-from context_engine.cli._common import DEFAULT_STRATEGIES, EXIT_USAGE, CliError
+from context_engine.cli._commands import run_demo, run_inspect, run_replay
+from context_engine.cli._common import EXIT_OK, EXIT_USAGE, CliError
+from context_engine.cli._compact import run_compact
 from context_engine.cli._output import Output
+from context_engine.cli._pipeline import add_pipeline_options
+from context_engine.cli._repair import run_repair
+from context_engine.cli._warnings import CliWarnings
 from context_engine.errors import ConfigurationError
 from context_engine.tokens import DEFAULT_ENCODING
 
@@ -26,11 +32,6 @@ Transcripts are read with context_engine.formats.readers.read_transcript:
 OpenAI Chat Completions messages (JSON or JSONL), Anthropic Messages API
 bodies, Claude Code sessions and Codex rollouts.
 """
-
-_SUMMARIZER_HELP = (
-    "who writes checkpoints: 'extractive' (offline, no model; the default), "
-    "'openai:MODEL' (OPENAI_API_KEY, OPENAI_BASE_URL) or 'anthropic:MODEL' (ANTHROPIC_API_KEY)"
-)
 
 
 def _positive_int(text: str) -> int:
@@ -57,6 +58,38 @@ def _common() -> argparse.ArgumentParser:
     return common
 
 
+def _file_argument(parser: argparse.ArgumentParser, *, strict: bool = True) -> None:
+    # Optional to argparse so that `inspect --json FILE` (where --json's optional PATH
+    # takes FILE) can be read as the user meant; `_settle_file` requires it afterwards.
+    parser.add_argument("file", metavar="FILE", nargs="?", help="the transcript")
+    parser.set_defaults(subparser=parser, json=None)
+    if strict:
+        parser.add_argument(
+            "--strict",
+            action="store_true",
+            help="fail (exit 2) when a tool result answers no call or a call has no result "
+            "before the next message; without it these are warnings",
+        )
+
+
+def _settle_file(args: argparse.Namespace) -> None:
+    """Give ``FILE`` back when ``--json`` took it as its PATH; fail when there is none."""
+    if not hasattr(args, "subparser") or args.file is not None:
+        return
+    if args.json not in (None, "-"):
+        args.file, args.json = args.json, "-"
+        return
+    args.subparser.error("the following arguments are required: FILE")
+
+
+def _check_encoding(name: str) -> None:
+    import tiktoken
+
+    known = tiktoken.list_encoding_names()
+    if name not in known:
+        raise CliError(f"--encoding: unknown encoding {name!r}; choose from {', '.join(known)}")
+
+
 def _json_option(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument(
         "--json",
@@ -74,12 +107,13 @@ def _add_inspect(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         parents=[_common()],
         help="where a transcript's tokens go, and what the engine would do",
         description="Show where a transcript's tokens go (by role, by tool, largest messages, "
-        "provider usage anchors), whether it fits the window with the default reserve, and "
-        "what ContextEngine.default(window) would do with it. Exit 1 when it does not fit.",
+        "provider usage anchors, tool schemas), whether it fits the window, and what the "
+        "pipeline replay runs (--strategies, --summarizer) would do with it and why each "
+        "strategy applied or not. Exit 1 when it does not fit.",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("file", metavar="FILE", help="the transcript")
+    _file_argument(parser)
     parser.add_argument(
         "--window",
         type=_positive_int,
@@ -94,6 +128,7 @@ def _add_inspect(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="N",
         help="how many of the largest messages to list (default 10)",
     )
+    add_pipeline_options(parser, _positive_int)
     _json_option(parser, "the report")
     parser.set_defaults(handler=run_inspect)
 
@@ -103,13 +138,15 @@ def _add_compact(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "compact",
         parents=[_common()],
         help="compact a transcript once, as /compact does",
-        description="Run one forced compaction (ContextEngine.compact) and write the messages "
-        "to commit. Exit 1 when the result is still above the threshold or the summarizer "
-        "failed.",
+        description="Run one forced compaction (ContextEngine.compact); when the checkpoint "
+        "alone leaves the transcript above the threshold, run the replay pipeline "
+        "(--strategies) on it as the next call would. Write the result and say what was "
+        "protected and why. Exit 1 when the result is still above the threshold or the "
+        "summarizer failed.",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("file", metavar="FILE", help="the transcript")
+    _file_argument(parser)
     parser.add_argument(
         "--window",
         type=_positive_int,
@@ -117,7 +154,7 @@ def _add_compact(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="N",
         help="context window in tokens",
     )
-    parser.add_argument("--summarizer", default="extractive", metavar="SPEC", help=_SUMMARIZER_HELP)
+    add_pipeline_options(parser, _positive_int)
     parser.add_argument(
         "--instructions", metavar="TEXT", help="what the checkpoint should focus on"
     )
@@ -125,8 +162,8 @@ def _add_compact(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "-o",
         "--output",
         metavar="OUT",
-        help="where to write the compacted transcript (default FILE's name + .compacted.jsonl, "
-        "or .compacted.json for anthropic)",
+        help="where to write the compacted transcript ('-' for standard output; default FILE's "
+        "name + .compacted.jsonl, or .compacted.json for anthropic)",
     )
     parser.add_argument(
         "--format",
@@ -163,7 +200,7 @@ def _add_replay(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("file", metavar="FILE", help="the transcript")
+    _file_argument(parser)
     parser.add_argument(
         "--window",
         type=_positive_int,
@@ -171,19 +208,7 @@ def _add_replay(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         metavar="N",
         help="context window in tokens",
     )
-    parser.add_argument(
-        "--reserve",
-        type=_positive_int,
-        metavar="N",
-        help="head-room for the answer in tokens (default clamp(0.13 x window, 4096, 16384))",
-    )
-    parser.add_argument(
-        "--strategies",
-        default=DEFAULT_STRATEGIES,
-        metavar="LIST",
-        help=f"comma-separated pipeline, in order (default {DEFAULT_STRATEGIES})",
-    )
-    parser.add_argument("--summarizer", default="extractive", metavar="SPEC", help=_SUMMARIZER_HELP)
+    add_pipeline_options(parser, _positive_int)
     parser.add_argument(
         "--context",
         action="append",
@@ -245,6 +270,33 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     parser.set_defaults(handler=run_demo)
 
 
+def _add_repair(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser(
+        "repair",
+        parents=[_common()],
+        help="fix tool calls and results that do not pair up",
+        description="Write a copy of the transcript a provider accepts: tool results that "
+        "answer no earlier call are removed, and a call followed by another message before "
+        "its result gets a placeholder result. Calls still open at the end stay open.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _file_argument(parser, strict=False)
+    parser.add_argument(
+        "-o",
+        "--output",
+        metavar="OUT",
+        help="where to write ('-' for standard output; default FILE's name + .repaired.jsonl, "
+        "or .repaired.json for anthropic)",
+    )
+    parser.add_argument(
+        "--format",
+        choices=("openai", "anthropic"),
+        help="format of OUT (default: the input's format when it is one of these, else openai)",
+    )
+    parser.set_defaults(handler=run_repair)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``context-engine``."""
     parser = argparse.ArgumentParser(
@@ -257,7 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for add in (_add_inspect, _add_compact, _add_replay, _add_demo, add_archive):
+    for add in (_add_inspect, _add_compact, _add_replay, _add_repair, _add_demo, add_archive):
         add(commands)
     return parser
 
@@ -270,19 +322,51 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    out = Output(quiet=args.quiet or getattr(args, "json", None) == "-")
+    _settle_file(args)
+    try:
+        out = _output(args)
+    except CliError as exc:
+        Output(quiet=args.quiet).error(str(exc))
+        return EXIT_USAGE
     logger = logging.getLogger("context_engine")
     level = logger.level
     log_handler = logging.StreamHandler(out.stderr)
     log_handler.setFormatter(logging.Formatter("context-engine: %(levelname)s: %(message)s"))
     log_handler.setLevel(logging.ERROR if args.quiet else logging.WARNING)
+    log_handler.addFilter(CliWarnings())
     logger.addHandler(log_handler)
     logger.setLevel(logging.WARNING)
     try:
-        return handler(args, out)
+        if hasattr(args, "encoding"):
+            _check_encoding(args.encoding)
+        code = handler(args, out)
+        out.stdout.flush()  # a closed pipe shows here, not at exit
+        return code
     except (CliError, ConfigurationError) as exc:
         out.error(str(exc))
         return EXIT_USAGE
+    except BrokenPipeError:
+        return _pipe_closed()
     finally:
         logger.removeHandler(log_handler)
         logger.setLevel(level)
+
+
+def _output(args: argparse.Namespace) -> Output:
+    """Where the tables go: stdout, unless stdout carries the JSON, transcript or report."""
+    json_out = getattr(args, "json", None) == "-"
+    data_out = "-" in (getattr(args, "output", None), getattr(args, "html", None))
+    if json_out and data_out:
+        raise CliError("--json - and -o - (or --html -) all want standard output; give them a PATH")
+    if data_out:
+        return Output(quiet=args.quiet, stdout=sys.stderr)
+    return Output(quiet=args.quiet or json_out)
+
+
+def _pipe_closed() -> int:
+    """The reader went away (``| head``): nothing more to say, and nothing went wrong."""
+    # Python flushes stdout again at exit; point it at /dev/null so that flush is silent.
+    # An in-process caller's stdout may not be a real file: then there is nothing to redirect.
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return EXIT_OK

@@ -24,6 +24,7 @@ from typing import Any, TextIO, TypeVar
 from context_engine._aio import run_blocking
 from context_engine.archive import Archive, ArchiveRecord, open_archive
 from context_engine.archive.codec import message_to_dict
+from context_engine.archive.open import SQLITE_SUFFIXES
 from context_engine.archive.redis import safe_url
 from context_engine.cli._common import EXIT_OK, EXIT_PROBLEM, CliError
 from context_engine.cli._inspect import preview
@@ -115,6 +116,11 @@ def close_archive(archive: Archive) -> None:
 
 def _with_archive(url: str, work: Callable[[Archive], Awaitable[T]]) -> T:
     """Open the archive, run ``work`` on it in a fresh event loop, close it."""
+    missing = _missing_sqlite_file(url)
+    if missing is not None:
+        # Opening would create an empty database and then report no records: a typo
+        # in the path must say so instead, and leave no file behind.
+        raise CliError(f"--archive {safe_url(url)}: no such file {missing}")
 
     async def main() -> T:
         archive = open_cli_archive(url)
@@ -127,6 +133,21 @@ def _with_archive(url: str, work: Callable[[Archive], Awaitable[T]]) -> T:
         return asyncio.run(main())
     except ArchiveError as exc:
         raise CliError(str(exc)) from None
+
+
+def _missing_sqlite_file(url: str) -> str | None:
+    """The file a SQLite archive URL names when that file does not exist, else None."""
+    text = url.strip()
+    scheme, colon, rest = text.partition(":")
+    if colon and scheme.lower() == "sqlite":
+        path = rest[2:] if rest.startswith("//") else rest
+    elif Path(text).suffix.lower() in SQLITE_SUFFIXES and (not colon or len(scheme) == 1):
+        path = text
+    else:
+        return None
+    if not path or path == ":memory:" or Path(path).expanduser().exists():
+        return None
+    return path
 
 
 def stored_at(seconds: float) -> str:

@@ -24,6 +24,9 @@ WIDTH, HEIGHT = 1120, 480
 STRIP = 10
 LEFT, RIGHT, TOP, BOTTOM = 78, 150, 70, 56
 WITH_COLOUR, WITHOUT_COLOUR = "#0072B2", "#8a8a8a"
+# Hard trimming, the baseline savings are measured against: black, dotted (every Okabe-Ito
+# hue but yellow, too pale for a thin line, already names a strategy).
+TRIMMED_COLOUR = "#000000"
 
 
 def colour(strategy: str) -> str:
@@ -119,7 +122,8 @@ def _marker(scale: _Scale, record: RewriteRecord, tokens: int) -> str:
     title = (
         f"<title>call {record.call}: {escape(record.reason)} {escape(record.strategy)} "
         f"{record.tokens_before:,} → {record.tokens_after:,} tokens"
-        f"{' (committed)' if record.committed else ''}</title>"
+        f"{' (committed)' if record.committed else ''}"
+        f"{chr(10) + escape(record.excerpt) if record.excerpt else ''}</title>"
     )
     if record.reason == "overflow":
         return (
@@ -151,7 +155,12 @@ def _legend(strategies: Sequence[str], overflow: bool) -> str:
         (
             f'<line x1="0" y1="0" x2="26" y2="0" stroke="{WITHOUT_COLOUR}" stroke-width="2" '
             'stroke-dasharray="6 4"/>',
-            "without",
+            "whole history",
+        ),
+        (
+            f'<line x1="0" y1="0" x2="26" y2="0" stroke="{TRIMMED_COLOUR}" stroke-width="2" '
+            'stroke-dasharray="2 3"/>',
+            "hard trimming",
         ),
     ]
     items += [
@@ -187,7 +196,7 @@ def _escape_note(scale: _Scale, report: ReplayReport) -> str:
         return ""
     x = min(scale.x(first + 1), LEFT + scale.width - 260)
     return (
-        f'<text x="{x + 6:.1f}" y="{TOP + 14}" class="note">↑ without the engine: '
+        f'<text x="{x + 6:.1f}" y="{TOP + 14}" class="note">↑ whole history: '
         f"{values[-1]:,} tokens by the last call</text>"
     )
 
@@ -216,6 +225,12 @@ def render_chart(report: ReplayReport) -> str:
             [c.tokens_without for c in report.calls],
             WITHOUT_COLOUR,
             'stroke-width="2" stroke-dasharray="6 4"',
+        ),
+        _polyline(
+            scale,
+            [c.tokens_trimmed for c in report.calls],
+            TRIMMED_COLOUR,
+            'stroke-width="2" stroke-dasharray="2 3"',
         ),
         _polyline(scale, with_engine, WITH_COLOUR, 'stroke-width="2.5"'),
         "</g>",

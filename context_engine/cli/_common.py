@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import os
 from collections.abc import Awaitable, Mapping, Sequence
 
-from context_engine.errors import ContextEngineError
+from context_engine.errors import ContextEngineError, TranscriptFormatError
 from context_engine.formats.readers import Transcript, read_transcript
 from context_engine.redact import Redactor
 from context_engine.strategies import (
@@ -64,6 +65,8 @@ def load_transcript(path: str) -> Transcript:
         return read_transcript(path)
     except FileNotFoundError:
         raise CliError(f"{path}: no such file") from None
+    except TranscriptFormatError as exc:  # its text starts with the path already
+        raise CliError(f"cannot read {exc}") from None
     except (OSError, ValueError, ContextEngineError) as exc:
         raise CliError(f"cannot read {path}: {exc}") from None
 
@@ -139,7 +142,7 @@ def _anthropic_summarizer(model: str, env: Mapping[str, str]) -> Summarizer:
 
 
 class CountingSummarizer:
-    """Wraps a summarizer and counts its calls; sync stays sync, async stays async.
+    """Wraps a summarizer and counts its calls and failures; sync stays sync, async stays async.
 
     Args:
         inner: The summarizer to call.
@@ -148,11 +151,26 @@ class CountingSummarizer:
     def __init__(self, inner: Summarizer) -> None:
         self.inner = inner
         self.calls = 0
+        self.failures = 0
 
     def __call__(self, request: SummaryRequest) -> str | Awaitable[str]:
         """Count the call and hand ``request`` to the wrapped summarizer."""
         self.calls += 1
-        return self.inner(request)
+        try:
+            answer = self.inner(request)
+        except Exception:
+            self.failures += 1
+            raise
+        if inspect.isawaitable(answer):
+            return self._watched(answer)
+        return answer
+
+    async def _watched(self, answer: Awaitable[str]) -> str:
+        try:
+            return await answer
+        except Exception:
+            self.failures += 1
+            raise
 
 
 def parse_strategies(spec: str) -> tuple[str, ...]:
@@ -177,8 +195,12 @@ def parse_strategies(spec: str) -> tuple[str, ...]:
     return tuple(resolved)
 
 
-def build_strategies(names: Sequence[str], summarizer: Summarizer | None) -> list[Strategy]:
+def build_strategies(
+    names: Sequence[str], summarizer: Summarizer | None, *, keep_recent_tokens: int | None = None
+) -> list[Strategy]:
     """Strategy objects with their default settings for the names `parse_strategies` returned.
+
+    ``keep_recent_tokens`` (``--keep-tail``) goes to `FullSummary`; None keeps its default.
 
     Raises:
         CliError: ``full_summary`` is asked for without a summarizer.
@@ -192,7 +214,13 @@ def build_strategies(names: Sequence[str], summarizer: Summarizer | None) -> lis
         elif name == "full_summary":
             if summarizer is None:
                 raise CliError("the summary strategy needs a summarizer (--summarizer)")
-            strategies.append(FullSummary(summarizer=summarizer, redactor=Redactor()))
+            strategies.append(
+                FullSummary(
+                    summarizer=summarizer,
+                    redactor=Redactor(),
+                    keep_recent_tokens=keep_recent_tokens,
+                )
+            )
         elif name == "hard_truncate":
             strategies.append(HardTruncate())
     return strategies

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections import Counter
 from html import escape
 
+from context_engine.cli._baselines import MASK_KEEP
 from context_engine.cli._chart import colour, render_chart
-from context_engine.cli._present import num, percent, session_rows
+from context_engine.cli._present import num, percent, saved_share, session_rows
 from context_engine.cli.replay import ReplayReport
 
 __all__ = ["render_html"]
@@ -42,6 +43,7 @@ td.n, th.n { text-align: right; font-variant-numeric: tabular-nums; white-space:
 .swatch { display: inline-block; width: 11px; height: 11px; border-radius: 2px;
           margin-right: 6px; border: 1px solid #111827; vertical-align: -1px; }
 td.tried { color: #4b5563; font-size: 13px; }
+td.excerpt { color: #374151; font-size: 12px; max-width: 420px; }
 ul.problems li { color: #b91c1c; }
 .bar { display: flex; align-items: center; gap: 10px; margin: 4px 0; font-size: 14px; }
 .bar .name { width: 260px; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
@@ -63,11 +65,28 @@ def _card(label: str, value: str, detail: str, tone: str = "") -> str:
 
 def _cards(report: ReplayReport) -> str:
     t = report.totals
-    saved = t.tokens_without - t.tokens
     calls_after_first = max(t.calls - 1, 0)
     cards = [
-        _card("Tokens sent", num(t.tokens), f"without the engine {num(t.tokens_without)}"),
-        _card("Saved", percent(saved, t.tokens_without), f"{num(saved)} tokens fewer", "good"),
+        _card("Tokens sent", num(t.tokens), "with the engine, all calls"),
+        _card(
+            "vs hard trimming",
+            saved_share(t.tokens_trimmed, t.tokens),
+            f"{num(t.tokens_trimmed)} dropping the oldest messages to fit",
+            "good" if t.tokens <= t.tokens_trimmed else "",
+        ),
+        _card(
+            "vs observation masking",
+            saved_share(t.tokens_masked, t.tokens),
+            f"{num(t.tokens_masked)} masking all but the newest {MASK_KEEP} tool results; "
+            f"{num(t.masked_over_window)} calls above the window",
+            "good" if t.tokens <= t.tokens_masked else "",
+        ),
+        _card(
+            "Whole history",
+            num(t.tokens_without),
+            f"for context: {num(t.without_over_window)} of {num(t.calls)} calls above the "
+            "window, a provider rejects those",
+        ),
         _card(
             "Largest prompt",
             num(t.max_tokens),
@@ -103,17 +122,19 @@ def _session_table(report: ReplayReport) -> str:
     head = (
         "<tr><th>calls</th><th class=n>rewrites</th><th>reason</th><th>strategy</th>"
         "<th class=n>tokens before</th><th class=n>tokens after</th><th>strategies tried "
-        "(* applied)</th></tr>"
+        "(* applied)</th><th>replaced with</th></tr>"
     )
     rows = [
-        f"<tr><td>{row.calls}</td><td class=n>{row.count}</td><td>{escape(row.reason)}</td>"
+        f'<tr title="{escape(row.excerpt)}"><td>{row.calls}</td><td class=n>{row.count}</td>'
+        f"<td>{escape(row.reason)}</td>"
         f"<td>{_strategy_cell(row.strategy, ' (committed)' if row.committed else '')}</td>"
         f"<td class=n>{num(row.tokens_before)}</td><td class=n>{num(row.tokens_after)}</td>"
-        f'<td class="tried">{escape(", ".join(row.tried))}</td></tr>'
+        f'<td class="tried">{escape(", ".join(row.tried))}</td>'
+        f'<td class="excerpt">{escape(row.excerpt)}</td></tr>'
         for row in session_rows(report.rewrites)
     ]
     if not rows:
-        rows = ['<tr><td colspan="7">No rewrites: every call fit under the threshold.</td></tr>']
+        rows = ['<tr><td colspan="8">No rewrites: every call fit under the threshold.</td></tr>']
     return f"<table>{head}{''.join(rows)}</table>"
 
 

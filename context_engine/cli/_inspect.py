@@ -8,8 +8,9 @@ from typing import Any
 
 import attrs
 
+from context_engine.cli._pipeline import Overhead, step_reason
 from context_engine.engine import ContextEngine
-from context_engine.messages import Message
+from context_engine.messages import ImageBlock, Message
 from context_engine.redact import Redactor
 from context_engine.tokens import TOOL_CALL_OVERHEAD_TOKENS, TokenCounter
 
@@ -60,7 +61,7 @@ class AnchorRow:
 
 @attrs.frozen(kw_only=True)
 class StepRow:
-    """One strategy the default engine ran."""
+    """One strategy the pipeline ran, and why it applied or not."""
 
     name: str
     applied: bool
@@ -68,11 +69,12 @@ class StepRow:
     tokens_after: int
     duration_ms: float
     error: str | None
+    reason: str
 
 
 @attrs.frozen(kw_only=True)
 class EngineOutcome:
-    """What ``ContextEngine.default(window).project_sync`` did with the transcript."""
+    """What one ``project_sync`` of the pipeline did with the transcript."""
 
     changed: bool
     strategy: str | None
@@ -93,17 +95,21 @@ class InspectReport:
         format: Its format.
         messages: Number of messages.
         window: The context window.
-        reserve: The default reserve for that window.
+        reserve: The reserve (``--reserve``, else the default for that window).
         threshold: ``window - reserve``.
         tokens: The engine's estimate of the transcript (usage anchors included).
         counted_tokens: The sum of the per-message counts (what the role rows add up to).
         usage_tokens: Part of ``tokens`` taken from a provider usage anchor.
         fits: ``tokens <= threshold``.
+        overhead: Tool schemas and ``--overhead``: tokens every call sends besides
+            the messages, included in ``tokens``.
+        strategies: The pipeline tried, in order.
+        summarizer: Who writes its checkpoints (``none`` without ``full_summary``).
         by_role: Tokens per role.
         by_tool: Tokens per tool.
         largest: The largest messages, largest first.
         anchors: Provider usage reports found.
-        engine: What the default engine would do.
+        engine: What the pipeline would do.
     """
 
     source: str
@@ -116,6 +122,9 @@ class InspectReport:
     counted_tokens: int
     usage_tokens: int
     fits: bool
+    overhead: Overhead
+    strategies: tuple[str, ...]
+    summarizer: str
     by_role: tuple[RoleRow, ...]
     by_tool: tuple[ToolRow, ...]
     largest: tuple[MessageRow, ...]
@@ -137,6 +146,9 @@ def preview(message: Message, width: int = 60) -> str:
         text = ", ".join(
             f"{call.name}({' '.join(call.arguments.split())})" for call in message.tool_calls
         )
+    images = [block for block in message.content if isinstance(block, ImageBlock)]
+    if not text and images:  # a screenshot tool's result is an image and nothing else
+        text = ", ".join(f"[image {image.media_type or 'url'}]" for image in images)
     text = _REDACTOR.redact(text)
     return text if len(text) <= width else text[: width - 1] + "…"
 
@@ -231,6 +243,7 @@ def _engine_outcome(engine: ContextEngine, messages: Sequence[Message]) -> Engin
             tokens_after=s.tokens_after,
             duration_ms=round(s.duration * 1000, 2),
             error=s.error,
+            reason=step_reason(s, event),
         )
         for s in (event.steps if event else ())
     )
@@ -254,13 +267,32 @@ def inspect_messages(
     source: str = "<memory>",
     format: str = "openai",
     top: int = 10,
+    engine: ContextEngine | None = None,
+    strategies: Sequence[str] = (),
+    summarizer: str = "none",
+    overhead: Overhead | None = None,
 ) -> InspectReport:
-    """Measure ``messages`` and run ``ContextEngine.default(window)`` on them once.
+    """Measure ``messages`` and run ``engine`` (default ``ContextEngine.default(window)``) once.
+
+    Args:
+        messages: The transcript.
+        window: The context window.
+        encoding: tiktoken encoding of the default engine's counter.
+        source: Where the transcript came from.
+        format: The format it was read as.
+        top: How many of the largest messages to list.
+        engine: The pipeline to try, named by ``strategies`` and ``summarizer`` in
+            the report; its ``overhead_tokens`` should be ``overhead.tokens``.
+        strategies: The pipeline's strategy names, in order.
+        summarizer: Who writes its checkpoints.
+        overhead: Tool schemas and other tokens every call sends besides the messages.
 
     Raises:
         ConfigurationError: ``window`` is not a positive number of tokens.
     """
-    engine = ContextEngine.default(window, encoding=encoding)
+    if engine is None:
+        engine = ContextEngine.default(window, encoding=encoding)
+        strategies = tuple(strategy.name for strategy in engine.strategies)
     counts = [engine.counter.count_message(m) for m in messages]
     estimate = engine.estimate(messages)
     return InspectReport(
@@ -274,6 +306,9 @@ def inspect_messages(
         counted_tokens=sum(counts),
         usage_tokens=estimate.usage_tokens,
         fits=estimate.tokens <= engine.threshold,
+        overhead=overhead or Overhead(tools=0, tools_tokens=0, extra=0),
+        strategies=tuple(strategies),
+        summarizer=summarizer,
         by_role=_by_role(messages, counts),
         by_tool=_by_tool(messages, counts, engine.counter),
         largest=_largest(messages, counts, top),

@@ -7,17 +7,32 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType, TracebackType
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 
 import attrs
 
 from context_engine.cli._common import CliError
+from context_engine.errors import ContextEngineError
+from context_engine.formats.readers import write_transcript
+from context_engine.messages import Message
 
-__all__ = ["Output", "Progress", "Table", "emit_json", "rich_available", "write_text"]
+__all__ = [
+    "Output",
+    "Progress",
+    "Table",
+    "WriteFormat",
+    "emit_json",
+    "rich_available",
+    "write_messages",
+    "write_text",
+]
+
+WriteFormat = Literal["openai", "anthropic"]
 
 
 @attrs.frozen
@@ -66,14 +81,12 @@ class Output:
         self, *, quiet: bool = False, stdout: TextIO | None = None, stderr: TextIO | None = None
     ) -> None:
         self.quiet = quiet
-        self.stdout = stdout or sys.stdout
-        self.stderr = stderr or sys.stderr
+        self.stdout = _tolerant(stdout or sys.stdout)
+        self.stderr = _tolerant(stderr or sys.stderr)
         self._console: Any = None
         if _rich() is not None:
-            from rich.console import Console
-
             width = None if _isatty(self.stdout) else 140
-            self._console = Console(file=self.stdout, width=width, highlight=False)
+            self._console = _console(self.stdout, width)
 
     def line(self, text: str = "") -> None:
         """Print one line of text (nothing when quiet)."""
@@ -94,6 +107,11 @@ class Output:
         else:
             print(plain_table(table), file=self.stdout)
 
+    def warning(self, text: str) -> None:
+        """Print a warning on stderr (nothing when quiet)."""
+        if not self.quiet:
+            print(f"context-engine: WARNING: {text}", file=self.stderr)
+
     def error(self, text: str) -> None:
         """Print an error on stderr, also when quiet."""
         print(f"context-engine: error: {text}", file=self.stderr)
@@ -103,6 +121,30 @@ class Output:
         return Progress(
             total, label, stream=self.stderr, enabled=not self.quiet and _isatty(self.stderr)
         )
+
+
+def _tolerant(stream: TextIO) -> TextIO:
+    """``stream``, set to escape what its encoding cannot write instead of raising.
+
+    A transcript may hold lone surrogates (valid JSON escapes, no valid UTF-8) or
+    text the terminal's encoding lacks; a preview of it must not end the command.
+    """
+    reconfigure = getattr(stream, "reconfigure", None)
+    if reconfigure is not None:
+        reconfigure(errors="backslashreplace")
+    return stream
+
+
+def _console(stream: TextIO, width: int | None) -> Any:
+    from rich.console import Console
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            # rich exits with 1 here; `main` owns that decision (a closed pipe exits 0).
+            self.quiet = True
+            raise BrokenPipeError
+
+    return _Console(file=stream, width=width, highlight=False)
 
 
 def _isatty(stream: TextIO) -> bool:
@@ -246,12 +288,40 @@ def emit_json(data: Any, target: str, out: Output) -> None:
 
 
 def write_text(target: str | Path, text: str) -> None:
-    """Write ``text`` to the file ``target`` as UTF-8.
+    """Write ``text`` to the file ``target`` as UTF-8 (``-`` is stdout).
 
     Raises:
         CliError: the file cannot be written.
     """
+    if str(target) == "-":
+        sys.stdout.write(text)
+        return
     try:
         Path(target).write_text(text, encoding="utf-8")
     except OSError as exc:
         raise CliError(f"cannot write {target}: {exc.strerror or exc}") from None
+
+
+def write_messages(target: str | Path, messages: tuple[Message, ...], fmt: WriteFormat) -> None:
+    """Write ``messages`` to ``target`` (``-`` is stdout) with `write_transcript`.
+
+    Raises:
+        CliError: the file cannot be written, or a message cannot be written as ``fmt``.
+    """
+    if str(target) == "-":
+        _print_messages(messages, fmt)
+        return
+    try:
+        write_transcript(target, messages, format=fmt)
+    except OSError as exc:
+        raise CliError(f"cannot write {target}: {exc.strerror or exc}") from None
+    except ContextEngineError as exc:
+        raise CliError(f"cannot write the messages as {fmt}: {exc}") from None
+
+
+def _print_messages(messages: tuple[Message, ...], fmt: WriteFormat) -> None:
+    """Write the transcript on stdout, exactly as `write_transcript` writes a file."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "transcript"
+        write_messages(path, messages, fmt)
+        sys.stdout.write(path.read_text(encoding="utf-8"))

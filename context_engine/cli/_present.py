@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import attrs
 
+from context_engine.cli._baselines import MASK_KEEP
 from context_engine.cli._inspect import InspectReport
 from context_engine.cli._output import Output, Table
 from context_engine.cli.replay import ReplayReport, RewriteRecord
@@ -55,6 +56,7 @@ class SessionRow:
         committed: Whether the rewrite was committed.
         changed: Whether the view changed.
         tried: Strategies tried by the last rewrite (``*`` = applied).
+        excerpt: What the last rewrite put in place of the content (`RewriteRecord.excerpt`).
     """
 
     first_call: int
@@ -69,6 +71,7 @@ class SessionRow:
     committed: bool
     changed: bool
     tried: tuple[str, ...]
+    excerpt: str = ""
 
     @property
     def calls(self) -> str:
@@ -102,6 +105,7 @@ def session_rows(rewrites: Sequence[RewriteRecord]) -> list[SessionRow]:
                 tokens_before=record.tokens_before,
                 tokens_after=record.tokens_after,
                 tried=record.strategies_tried,
+                excerpt=record.excerpt,
             )
             continue
         rows.append(
@@ -118,6 +122,7 @@ def session_rows(rewrites: Sequence[RewriteRecord]) -> list[SessionRow]:
                 committed=record.committed,
                 changed=record.changed,
                 tried=record.strategies_tried,
+                excerpt=record.excerpt,
             )
         )
     return rows
@@ -139,23 +144,50 @@ def session_table(report: ReplayReport) -> Table:
     )
     return Table(
         "Rewrites (calls rewritten the same way in a row are grouped; figures of the last)",
-        ("calls", "rewrites", "reason", "strategy", "tokens before", "tokens after", "tried"),
+        (
+            "calls",
+            "rewrites",
+            "reason",
+            "strategy",
+            "tokens before",
+            "tokens after",
+            "tried",
+        ),
         rows,
         numeric=frozenset({1, 4, 5}),
     )
+
+
+def saved_share(baseline: int, tokens: int) -> str:
+    """``12.5% saved`` against ``baseline``, or ``3.1% more`` when the engine sent more."""
+    if baseline >= tokens:
+        return f"{percent(baseline - tokens, baseline)} saved"
+    return f"{percent(tokens - baseline, baseline)} more"
 
 
 def replay_summary(report: ReplayReport) -> list[tuple[str, str]]:
     """The headline numbers of a replay as (label, value) pairs."""
     totals = report.totals
     by_strategy = Counter(r.strategy for r in report.rewrites if r.changed)
-    saved = totals.tokens_without - totals.tokens
     return [
         ("LLM calls", f"{num(totals.calls)} (from {num(report.messages)} messages)"),
+        ("tokens sent", f"{num(totals.tokens)} with the engine"),
         (
-            "tokens sent",
-            f"{num(totals.tokens)} with the engine, {num(totals.tokens_without)} without "
-            f"({percent(saved, totals.tokens_without)} saved)",
+            "vs hard trimming",
+            f"{num(totals.tokens_trimmed)} dropping the oldest messages to fit "
+            f"({saved_share(totals.tokens_trimmed, totals.tokens)})",
+        ),
+        (
+            "vs masking",
+            f"{num(totals.tokens_masked)} masking all but the newest {MASK_KEEP} tool results "
+            f"({saved_share(totals.tokens_masked, totals.tokens)}; "
+            f"{num(totals.masked_over_window)} calls still above the window)",
+        ),
+        (
+            "whole history",
+            f"{num(totals.tokens_without)} sending everything, for context: "
+            f"{num(totals.without_over_window)} of {num(totals.calls)} calls would be above "
+            "the window and rejected",
         ),
         ("largest prompt", f"{num(totals.max_tokens)} tokens (window {num(report.window)})"),
         (
@@ -229,9 +261,16 @@ def show_inspect(report: InspectReport, out: Output) -> None:
         + (f" ({num(report.usage_tokens)} from provider usage)" if report.usage_tokens else "")
     )
     out.line(
-        f"window {num(report.window)}, default reserve {num(report.reserve)}, "
+        f"window {num(report.window)}, reserve {num(report.reserve)}, "
         f"threshold {num(report.threshold)}: {verdict}"
     )
+    overhead = report.overhead
+    if overhead.tokens:
+        out.line(
+            f"sent with every call besides the messages: {num(overhead.tokens)} tokens "
+            f"({overhead.tools} tool definitions: {num(overhead.tools_tokens)}; "
+            f"--overhead: {num(overhead.extra)}), included above"
+        )
     out.line()
     for table in inspect_tables(report):
         out.table(table)
@@ -312,14 +351,17 @@ def _show_engine(report: InspectReport, out: Output) -> None:
     if not report.anchors:
         out.line("No provider usage anchors: all counts come from the tokenizer.")
     outcome = report.engine
-    out.line(f"What ContextEngine.default({report.window}) would do:")
+    out.line(
+        f"What the pipeline would do ({', '.join(report.strategies)}; "
+        f"summarizer {report.summarizer}):"
+    )
     if not outcome.steps:
         out.line("  nothing: the transcript is at or below the threshold.")
         return
     out.table(
         Table(
-            "Strategies run (in order)",
-            ("strategy", "applied", "tokens before", "tokens after", "ms", "error"),
+            "Strategies run (in order, until the view fits)",
+            ("strategy", "applied", "tokens before", "tokens after", "ms", "why"),
             tuple(
                 (
                     s.name,
@@ -327,7 +369,7 @@ def _show_engine(report: InspectReport, out: Output) -> None:
                     num(s.tokens_before),
                     num(s.tokens_after),
                     f"{s.duration_ms:.1f}",
-                    s.error or "",
+                    s.reason,
                 )
                 for s in outcome.steps
             ),

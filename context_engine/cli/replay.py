@@ -19,7 +19,9 @@ import attrs
 from context_engine.archive.base import Archive
 from context_engine.assembly.placement import strip_provided
 from context_engine.assembly.provider import ContextProvider
+from context_engine.cli._baselines import Baselines
 from context_engine.cli._common import CountingSummarizer, build_strategies
+from context_engine.cli._excerpt import replacement_excerpt
 from context_engine.engine import ContextEngine
 from context_engine.events import RewriteEvent
 from context_engine.invariants import check_view
@@ -43,7 +45,12 @@ class CallRecord:
         step: Index in the original transcript of the assistant message the call produced.
         messages: Messages in the view sent.
         tokens: Prompt tokens sent with the engine.
-        tokens_without: Prompt tokens the whole history up to this call would have taken.
+        tokens_without: Prompt tokens the whole history up to this call would have taken
+            (above the window a provider rejects it: context, not a baseline).
+        tokens_trimmed: The call's tokens with hard trimming to the window instead (the
+            oldest messages dropped until the rest fits under the threshold).
+        tokens_masked: The call's tokens with observation masking instead (tool results
+            but the newest ten replaced by a placeholder).
         prefix_reused: The previous call's prompt is a prefix of this one (a
             provider's prompt cache can reuse it).
         strategy: The last strategy that rewrote this call's view, or None.
@@ -60,6 +67,8 @@ class CallRecord:
     strategy: str | None = None
     overflow: bool = False
     sources: dict[str, int] = attrs.field(factory=dict)
+    tokens_trimmed: int = 0
+    tokens_masked: int = 0
 
 
 @attrs.frozen(kw_only=True)
@@ -79,6 +88,8 @@ class RewriteRecord:
         futile: The untouchable part alone was above the target.
         decisions: The rewrite's `AssemblyTrace` decisions, as JSON-ready data
             (what was cleared, trimmed, summarized or truncated, with references).
+        excerpt: What replaced the content: the start of the checkpoint, placeholder or
+            marker the rewrite left in the view ("" when it left none).
     """
 
     call: int
@@ -92,6 +103,7 @@ class RewriteRecord:
     strategies_tried: tuple[str, ...] = ()
     futile: bool = False
     decisions: tuple[dict[str, Any], ...] = ()
+    excerpt: str = ""
 
 
 @attrs.frozen(kw_only=True)
@@ -101,7 +113,12 @@ class ReplayTotals:
     Attributes:
         calls: LLM calls replayed.
         tokens: Prompt tokens sent with the engine, all calls.
-        tokens_without: Prompt tokens without the engine, all calls.
+        tokens_without: Prompt tokens without the engine, all calls (context only).
+        tokens_trimmed: Prompt tokens with hard trimming to the window, all calls.
+        tokens_masked: Prompt tokens with observation masking, all calls.
+        without_over_window: Calls whose whole history was above the window: a
+            provider would have rejected them without the engine.
+        masked_over_window: Calls still above the window with observation masking.
         max_tokens: The largest prompt sent with the engine.
         rewrites: Rewrite events that changed the view.
         commits: Of those, the ones committed to the running transcript.
@@ -127,6 +144,10 @@ class ReplayTotals:
     breaker_trips: int
     failures: int
     summarizer_calls: int
+    tokens_trimmed: int = 0
+    tokens_masked: int = 0
+    without_over_window: int = 0
+    masked_over_window: int = 0
 
 
 @attrs.frozen(kw_only=True)
@@ -196,6 +217,7 @@ def _record(event: RewriteEvent, call: int, step: int) -> RewriteRecord:
         strategies_tried=tuple(f"{s.name}{'*' if s.applied else ''}" for s in event.steps),
         futile=event.futile,
         decisions=tuple(decision.as_dict() for decision in event.trace.decisions),
+        excerpt=replacement_excerpt(event.view) if event.changed else "",
     )
 
 
@@ -214,6 +236,7 @@ class _Run:
     previous: tuple[Message, ...] | None = None
     failures: int = 0
     sources: dict[str, int] = attrs.Factory(dict)
+    baselines: Baselines | None = None
 
     def call(self, step: int, tokens_without: int) -> None:
         """Project the running transcript for the call that produced message ``step``."""
@@ -242,6 +265,8 @@ class _Run:
                 strategy=changed[-1] if changed else None,
                 overflow=overflow,
                 sources=self.sources,
+                tokens_trimmed=self.baselines.trimmed(tokens_without) if self.baselines else 0,
+                tokens_masked=self.baselines.masked(tokens_without) if self.baselines else 0,
             )
         )
         self.previous = view
@@ -299,6 +324,8 @@ def replay(
     archive: Archive | None = None,
     session_id: str | None = None,
     providers: Sequence[ContextProvider] = (),
+    overhead_tokens: int = 0,
+    keep_recent_tokens: int | None = None,
 ) -> ReplayReport:
     """Replay ``messages`` through a fresh engine, one LLM call per assistant message.
 
@@ -317,6 +344,9 @@ def replay(
         archive: Where the engine stores every original a rewrite removes.
         session_id: The session the archive files them under (needed with ``archive``).
         providers: Context providers the engine runs on every call.
+        overhead_tokens: Tokens every call sends besides the messages (tool
+            schemas); counted with and without the engine.
+        keep_recent_tokens: What ``full_summary`` keeps verbatim; None for its default.
 
     Raises:
         CliError: ``full_summary`` is listed without a summarizer.
@@ -327,8 +357,9 @@ def replay(
     events: list[RewriteEvent] = []
     engine = ContextEngine(
         window,
-        build_strategies(strategies, counting),
+        build_strategies(strategies, counting, keep_recent_tokens=keep_recent_tokens),
         reserve_tokens=reserve,
+        overhead_tokens=overhead_tokens,
         encoding=encoding,
         token_counter=token_counter,
         on_project=events.append,
@@ -338,6 +369,7 @@ def replay(
         providers=providers,
     )
     run = _Run(engine=engine, original=tuple(messages), check=check, events=events)
+    run.baselines = Baselines(engine.counter, engine.threshold, engine.overhead_tokens)
     _drive(run, progress)
     return _report(
         run,
@@ -367,6 +399,8 @@ def _drive(run: _Run, progress: ProgressFn | None) -> None:
             if progress is not None:
                 progress(len(run.calls), total)
         run.running.append(message)
+        if run.baselines is not None:
+            run.baselines.add(message)
         cumulative.append(cumulative[-1] + counter.count_message(message))
         if message.role == "assistant" and message.usage is not None:
             anchor = index
@@ -398,6 +432,10 @@ def _report(
         breaker_trips=sum(r.reason == "circuit_breaker" for r in rewrites),
         failures=run.failures,
         summarizer_calls=summarizer_calls,
+        tokens_trimmed=sum(c.tokens_trimmed for c in calls),
+        tokens_masked=sum(c.tokens_masked for c in calls),
+        without_over_window=sum(c.tokens_without > window for c in calls),
+        masked_over_window=sum(c.tokens_masked > window for c in calls),
     )
     return ReplayReport(
         source=source,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import attrs
 
@@ -29,8 +29,10 @@ from context_engine.formats.openai import TOOL_CALLS_KEY
 from context_engine.messages import (
     ROLES,
     Block,
+    ContextSummary,
     ImageBlock,
     Message,
+    Role,
     TextBlock,
     ThinkingBlock,
     ToolCall,
@@ -73,33 +75,66 @@ def _stamped(message: Message, stamp: dt.datetime | None) -> Message:
 # ------------------------------------------------------------------ Claude Code
 
 
-def read_claude_code(lines: Lines, fail: Fail) -> list[Message]:
+def read_claude_code(lines: Lines, fail: Fail, origins: list[int] | None = None) -> list[Message]:
     """The conversation of a Claude Code session, in file order.
 
     ``user`` and ``assistant`` lines are read with `message_from_anthropic`;
-    sidechain lines (sub-agents) and bookkeeping lines are skipped. Claude Code
+    sidechain lines (sub-agents), bookkeeping lines and the API-error notes
+    Claude Code writes as assistant lines (``isApiErrorMessage``) are skipped.
+    A ``compact_boundary`` system line drops everything before it, as Claude
+    Code did, and the summary written after it (``isCompactSummary``) becomes a
+    `ContextSummary` checkpoint. Claude Code
     writes one line per content block of a streamed answer, all with the same
     message id: these are joined into one assistant message again.
+
+    ``origins``, when given, receives the line number of each message returned.
     """
     out: list[Message] = []
+    where: list[int] = [] if origins is None else origins
     pending: list[tuple[int, Any, dict[str, Any]]] = []
     pending_id: object = None
     for number, obj in lines:
+        if obj.get("type") == "system" and obj.get("subtype") == "compact_boundary":
+            # Claude Code compacted here: the model saw nothing before this line again.
+            pending.clear()
+            out.clear()
+            where.clear()
+            pending_id = None
+            continue
         if obj.get("type") not in ("user", "assistant") or obj.get("isSidechain") is True:
             continue
+        if obj.get("isApiErrorMessage") is True:
+            continue  # Claude Code's note that a call failed; the model never wrote it
         message = obj.get("message")
         if not isinstance(message, Mapping):
             raise fail(number, f"a {obj['type']} line needs a 'message' object")
+        if obj.get("isCompactSummary") is True and obj["type"] == "user":
+            _flush_claude_code(pending, out, fail, where)
+            out.append(_compact_summary(number, message, fail))
+            where.append(number)
+            continue
         message_id = message.get("id") if obj["type"] == "assistant" else None
         if obj["type"] == "assistant":
             if pending and message_id is not None and message_id == pending_id:
                 pending[0] = (pending[0][0], pending[0][1], _joined(pending[0][2], message))
                 continue
-            _flush_claude_code(pending, out, fail)
+            _flush_claude_code(pending, out, fail, where)
             pending_id = message_id
         pending.append((number, obj.get("timestamp"), dict(message)))
-    _flush_claude_code(pending, out, fail)
+    _flush_claude_code(pending, out, fail, where)
     return out
+
+
+def _compact_summary(number: int, message: Mapping[str, Any], fail: Fail) -> Message:
+    """The summary Claude Code wrote after a boundary, as the checkpoint it is."""
+    texts = [
+        block["text"]
+        for block in _blocks_of(message)
+        if isinstance(block, Mapping) and isinstance(block.get("text"), str)
+    ]
+    if not texts:
+        raise fail(number, "a compact summary line needs the summary text")
+    return ContextSummary(summary="\n".join(texts))
 
 
 def _blocks_of(message: Mapping[str, Any]) -> list[Any]:
@@ -114,7 +149,10 @@ def _joined(first: Mapping[str, Any], later: Mapping[str, Any]) -> dict[str, Any
 
 
 def _flush_claude_code(
-    pending: list[tuple[int, Any, dict[str, Any]]], out: list[Message], fail: Fail
+    pending: list[tuple[int, Any, dict[str, Any]]],
+    out: list[Message],
+    fail: Fail,
+    where: list[int],
 ) -> None:
     for number, stamp, message in pending:
         try:
@@ -123,13 +161,14 @@ def _flush_claude_code(
             raise fail(number, str(exc)) from None
         when = _timestamp(stamp)
         out.extend(_stamped(piece, when) for piece in pieces)
+        where.extend(number for _ in pieces)
     pending.clear()
 
 
 # ------------------------------------------------------------------ Codex CLI
 
 
-def read_codex(lines: Lines, fail: Fail) -> list[Message]:
+def read_codex(lines: Lines, fail: Fail, origins: list[int] | None = None) -> list[Message]:
     """The conversation of a Codex CLI rollout, in file order.
 
     The session's base instructions become a system message. Each
@@ -139,9 +178,14 @@ def read_codex(lines: Lines, fail: Fail) -> list[Message]:
     build the assistant message that ends at the next user message or tool
     output; ``function_call_output`` and ``custom_tool_call_output`` items
     become tool messages. Other lines and items are skipped.
+
+    ``origins``, when given, receives the line number of each message returned
+    (for an assistant message built from several items, its first item's line).
     """
     out: list[Message] = []
+    where: list[int] = [] if origins is None else origins
     pending: list[Block] = []
+    pending_line = 0
     pending_stamp: dt.datetime | None = None
     custom: set[str] = set()
     seen_meta = False
@@ -153,6 +197,7 @@ def read_codex(lines: Lines, fail: Fail) -> list[Message]:
             if instructions:
                 stamp = _timestamp(obj.get("timestamp"))
                 out.append(_stamped(Message.system(instructions), stamp))
+                where.append(number)
             continue
         if obj.get("type") != "response_item":
             continue
@@ -164,19 +209,26 @@ def read_codex(lines: Lines, fail: Fail) -> list[Message]:
             raise fail(number, str(exc)) from None
         stamp = _timestamp(obj.get("timestamp"))
         if isinstance(item, Message):
-            _flush_codex(pending, pending_stamp, custom, out)
+            _flush_codex(pending, pending_stamp, custom, out, where, pending_line)
             out.append(_stamped(item, stamp))
+            where.append(number)
         elif item:
+            pending_line = pending_line if pending else number
             pending_stamp = pending_stamp if pending else stamp
             pending.extend(item)
             if payload.get("type") == "custom_tool_call":
                 custom.update(b.id for b in item if isinstance(b, ToolCall))
-    _flush_codex(pending, pending_stamp, custom, out)
+    _flush_codex(pending, pending_stamp, custom, out, where, pending_line)
     return out
 
 
 def _flush_codex(
-    pending: list[Block], stamp: dt.datetime | None, custom: set[str], out: list[Message]
+    pending: list[Block],
+    stamp: dt.datetime | None,
+    custom: set[str],
+    out: list[Message],
+    where: list[int],
+    line: int,
 ) -> None:
     if not pending:
         return
@@ -188,6 +240,7 @@ def _flush_codex(
     ]
     metadata = {TOOL_CALLS_KEY: overlays} if any(overlays) else {}
     out.append(_stamped(Message("assistant", tuple(pending), metadata=metadata), stamp))
+    where.append(line)
     pending.clear()
     custom.clear()
 
@@ -217,9 +270,10 @@ def _codex_item(payload: Mapping[str, Any]) -> Message | list[Block]:
         blocks = _content_items(payload.get("content"))
         if role == "assistant":
             return blocks
-        if role not in ROLES or role == "tool":
-            raise InvalidMessageError(f"a message item has an unknown role {role!r}")
-        return Message(role, tuple(blocks))
+        # A role from the file may be any JSON value; only a known str is a role.
+        if not isinstance(role, str) or role not in ROLES or role == "tool":
+            raise InvalidMessageError(f"a message item has an unknown role {_shown(role)}")
+        return Message(cast(Role, role), tuple(blocks))
     if kind == "reasoning":
         parts = [*_texts(payload.get("summary")), *_texts(payload.get("content"))]
         return [ThinkingBlock("\n".join(parts))] if parts else []
@@ -236,6 +290,11 @@ def _codex_item(payload: Mapping[str, Any]) -> Message | list[Block]:
         call_id = _text(payload, "call_id", kind)
         return Message("tool", tuple(_output(payload.get("output"))), tool_call_id=call_id)
     return []
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _texts(items: object) -> list[str]:

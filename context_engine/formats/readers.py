@@ -60,6 +60,14 @@ def _to_tuple(messages: Iterable[Message]) -> tuple[Message, ...]:
     return tuple(messages)
 
 
+def _to_lines(lines: Iterable[int]) -> tuple[int, ...]:
+    return tuple(lines)
+
+
+def _to_tools(tools: Iterable[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
+    return tuple(tools)
+
+
 @attrs.frozen(kw_only=True)
 class Transcript:
     """A transcript read from a file.
@@ -69,11 +77,24 @@ class Transcript:
         format: The shape the file was read as: ``openai``, ``anthropic``,
             ``claude-code`` or ``codex``.
         source: The path the file was read from.
+        lines: For a JSONL file, the 1-based line each message was read from
+            (one entry per message); empty when the file is one JSON document
+            or a line held several messages.
+        tools: The tool definitions a request body carries (its ``tools``
+            list), as written; the model is sent them with every call.
     """
 
     messages: tuple[Message, ...] = attrs.field(converter=_to_tuple)
     format: TranscriptFormat
     source: str
+    lines: tuple[int, ...] = attrs.field(default=(), converter=_to_lines, eq=False)
+    tools: tuple[Mapping[str, Any], ...] = attrs.field(default=(), converter=_to_tools)
+
+    def where(self, index: int) -> str:
+        """Where message ``index`` is in the file: ``line N`` for JSONL, else ``message N``."""
+        if index < len(self.lines):
+            return f"line {self.lines[index]}"
+        return f"message {index}"
 
 
 class _SwitchToAnthropic(Exception):
@@ -98,15 +119,34 @@ def read_transcript(path: str | os.PathLike[str]) -> Transcript:
     source = os.fspath(path)
     try:
         return _read(source)
-    except UnicodeDecodeError as exc:
-        raise TranscriptFormatError(
-            f"is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} cannot be decoded)",
-            path=source,
-        ) from None
+    except UnicodeDecodeError:
+        raise _not_utf8(source) from None
     except RecursionError:
         raise TranscriptFormatError(
             "nests JSON too deeply to be a transcript", path=source
         ) from None
+
+
+def _not_utf8(source: str) -> TranscriptFormatError:
+    """Where the first byte that is not UTF-8 is: its line and its offset in the file.
+
+    The decoder reports positions within the chunk it was reading, so the file
+    is read again as bytes; this happens only on the way to an error.
+    """
+    with open(source, "rb") as handle:
+        data = handle.read()
+    start = 3 if data.startswith(b"\xef\xbb\xbf") else 0
+    try:
+        data[start:].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        offset = start + exc.start
+        line = data.count(b"\n", 0, offset) + 1
+        return TranscriptFormatError(
+            f"is not UTF-8 text: byte 0x{data[offset]:02x} at offset {offset} cannot be decoded",
+            path=source,
+            line=line,
+        )
+    return TranscriptFormatError("is not UTF-8 text", path=source)  # changed while being read
 
 
 def _read(source: str) -> Transcript:
@@ -187,13 +227,29 @@ def _read_document(data: object, source: str) -> Transcript:
         )
     anthropic = isinstance(data, Mapping) and data.get("system") is not None
     anthropic = anthropic or any(_is_anthropic_message(m) for m in messages)
+    tools = _tools(data, source)
     try:
         if anthropic:
             body: Any = data if isinstance(data, Mapping) else messages
-            return Transcript(messages=from_anthropic(body), format="anthropic", source=source)
-        return Transcript(messages=from_openai(messages), format="openai", source=source)
+            return Transcript(
+                messages=from_anthropic(body), format="anthropic", source=source, tools=tools
+            )
+        return Transcript(
+            messages=from_openai(messages), format="openai", source=source, tools=tools
+        )
     except InvalidMessageError as exc:
         raise TranscriptFormatError(_bare(exc), path=source, index=exc.index) from None
+
+
+def _tools(data: object, source: str) -> tuple[Mapping[str, Any], ...]:
+    tools = data.get("tools") if isinstance(data, Mapping) else None
+    if tools is None:
+        return ()
+    if not isinstance(tools, list) or not all(isinstance(t, Mapping) for t in tools):
+        raise TranscriptFormatError(
+            "has a 'tools' entry that is not a list of objects", path=source
+        )
+    return tuple(tools)
 
 
 # ------------------------------------------------------------------ JSONL
@@ -229,12 +285,13 @@ def _read_jsonl(handle: IO[str], source: str, head: object, number: int) -> Tran
     kind = _line_kind(head)
     if kind == "chat":
         return _read_chat_lines(handle, source)
+    origins: list[int] = []
     if kind == "codex":
-        messages = read_codex(_objects(handle, source), fail)
-        return Transcript(messages=messages, format="codex", source=source)
+        messages = read_codex(_objects(handle, source), fail, origins)
+        return Transcript(messages=messages, format="codex", source=source, lines=origins)
     if kind == "claude-code":
-        messages = read_claude_code(_objects(handle, source), fail)
-        return Transcript(messages=messages, format="claude-code", source=source)
+        messages = read_claude_code(_objects(handle, source), fail, origins)
+        return Transcript(messages=messages, format="claude-code", source=source, lines=origins)
     if "messages" in head:
         raise fail(number, "holds a whole request body; a JSONL transcript has one message a line")
     raise fail(
@@ -279,7 +336,9 @@ def _convert_lines(handle: IO[str], source: str, kind: TranscriptFormat) -> Tran
     except InvalidMessageError as exc:
         line = numbers[exc.index] if exc.index is not None else None
         raise TranscriptFormatError(_bare(exc), path=source, line=line) from None
-    return Transcript(messages=messages, format=kind, source=source)
+    # An Anthropic user line may hold several tool results; then lines are not known per message.
+    lines = numbers if len(numbers) == len(messages) else []
+    return Transcript(messages=messages, format=kind, source=source, lines=lines)
 
 
 # ------------------------------------------------------------------ writing

@@ -193,7 +193,7 @@ def test_what_is_not_there_exits_1_and_bad_usage_exits_2(
     [
         (None, "pass --archive URL"),
         ("ftp://example.invalid/x", "unknown archive URL"),
-        ("sqlite:NO_DIR/x.db", "unable to open database file"),
+        ("sqlite:NO_DIR/x.db", "no such file"),
         ("redis://:secret@127.0.0.1:1/0?socket_connect_timeout=1", "redis://:***@127.0.0.1:1/0"),
     ],
     ids=["none-given", "unknown-scheme", "unopenable-file", "unreachable-redis"],

@@ -54,7 +54,7 @@ def test_chart_has_title_axes_limits_and_a_legend_entry_per_strategy(
     for name in used:
         assert f'class="legend">{name}</text>' in page
         assert STRATEGY_COLOURS[name] in page
-    assert page.count("(committed)</title>") == report.totals.commits >= 3
+    assert page.count(" tokens (committed)\ncheckpoint: ") == report.totals.commits >= 3
 
 
 def test_summary_numbers_come_first(report: ReplayReport) -> None:

@@ -20,8 +20,8 @@ def exit_code(argv: list[str]) -> int:
 
 @pytest.mark.parametrize(
     "command",
-    [[], ["inspect"], ["compact"], ["replay"], ["demo"]],
-    ids=["top", "inspect", "compact", "replay", "demo"],
+    [[], ["inspect"], ["compact"], ["replay"], ["repair"], ["demo"]],
+    ids=["top", "inspect", "compact", "replay", "repair", "demo"],
 )
 def test_every_command_has_help_with_exit_codes(
     capsys: pytest.CaptureFixture[str], command: list[str]

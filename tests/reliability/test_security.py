@@ -223,6 +223,8 @@ REVIEWED = {
     # (module, function): how its path is chosen
     ("formats/readers.py", "_read"): "read_transcript's path argument, opened for reading",
     ("formats/readers.py", "write_transcript"): "the caller's path argument, nothing derived",
+    ("formats/readers.py", "_not_utf8"): "read_transcript's path argument, read again as bytes "
+    "to locate a byte that is not UTF-8",
     ("archive/sqlite.py", "_open"): "SQLiteArchive's path argument; session ids and references "
     "are SQL parameters, never path parts",
     ("assembly/providers.py", "fetch"): "FileProvider's root argument; an item id (a rule's "
