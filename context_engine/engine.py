@@ -442,7 +442,14 @@ class ContextEngine:
         fits: view-only rewrites without archiving (`run_unarchived`), the step
         says why, and nothing is committed.
         """
-        if self._archive is None or self._session_id is None or not outcome.removed:
+        if self._archive is None or self._session_id is None:
+            return outcome
+        # Hook (issue 20): a message the codec refuses (metadata that is not JSON) fails
+        # every archiving strategy; without archiving they can still make the view fit.
+        refused = next((s.error for s in outcome.steps if _codec_refused(s.error)), None)
+        if refused is not None and outcome.tokens > call.threshold:
+            return await run_unarchived(call, self._strategies, outcome, refused)
+        if not outcome.removed:
             return outcome
         problem = await keep_within(
             self._archive, self._session_id, outcome.removed, self._archive_timeout
@@ -596,6 +603,10 @@ class ContextEngine:
         """Blocking `recall`; raises `BlockingCallInEventLoopError` inside a running loop."""
         result: tuple[Message, ...] = run_blocking(lambda: self.recall(reference), "recall")
         return result
+
+
+def _codec_refused(error: str | None) -> bool:
+    return error is not None and error.startswith("ArchiveError: cannot archive a message")
 
 
 def _reason(operation: Operation) -> RewriteReason:

@@ -8,7 +8,7 @@ from typing import Any
 import attrs
 import pytest
 
-from context_engine.archive import ArchiveRecord, encode_messages
+from context_engine.archive import ArchiveRecord, encode_messages, reference_for
 from context_engine.errors import ArchiveError, ConfigurationError
 from context_engine.messages import ContextSummary, Message, ToolCall
 from tests.archive.conftest import StoreFactory, record, rich_messages, tool_record
@@ -108,6 +108,38 @@ async def test_a_put_with_one_unarchivable_message_stores_nothing(
     assert await store.get("s", good.reference) is None
     assert await store.find_tool_result("s", "c1") is None
     assert await store.sessions() == []
+
+
+@pytest.mark.parametrize(
+    ("metadata", "problem"),
+    [
+        ({1: "a"}, "int key 1"),
+        ({"outer": {2.5: "x"}}, "float key 2.5 at metadata['outer']"),
+        ({"span": (1, 2)}, "tuple at metadata['span']"),
+        ({"deep": [{"ok": [(3,)]}]}, "tuple at metadata['deep'][0]['ok'][0]"),
+        ({"tags": {"a", "b"}}, "set at metadata['tags']"),
+    ],
+    ids=["int-key", "nested-float-key", "tuple", "nested-tuple", "set"],
+)
+async def test_metadata_json_would_change_is_refused_by_every_store(
+    make_store: StoreFactory, metadata: dict[Any, Any], problem: str
+) -> None:
+    """Memory once kept int keys and tuples that SQLite and Redis returned as str and list."""
+    store = await make_store()
+    message = Message("user", "x", metadata=metadata)
+    bad = ArchiveRecord(reference="arc-00000000000000000bad", kind="text", messages=(message,))
+    with pytest.raises(ArchiveError, match="metadata is not JSON") as caught:
+        await store.put("s", [bad])
+    assert problem in str(caught.value)
+    assert await store.records("s") == []
+
+
+def test_an_int_key_and_its_str_twin_never_share_a_reference() -> None:
+    """``{1: 'a'}`` has no reference at all rather than the one of ``{'1': 'a'}``."""
+    text_key = reference_for([Message("user", "x", metadata={"1": "a"})])
+    assert text_key.startswith("arc-")
+    with pytest.raises(ArchiveError, match="int key 1"):
+        reference_for([Message("user", "x", metadata={1: "a"})])
 
 
 @pytest.mark.parametrize(

@@ -277,6 +277,33 @@ async def test_a_dead_store_never_opens_the_breaker_and_every_view_fits() -> Non
         assert (engine.breaker_state, engine.consecutive_failures) == ("closed", 0)
 
 
+@pytest.mark.parametrize(
+    "metadata",
+    [{1: "int key"}, {"span": (1, 2)}, {"handle": object()}],
+    ids=["int-key", "tuple", "object"],
+)
+async def test_metadata_no_store_can_keep_still_gets_a_fitting_view_and_commits_nothing(
+    metadata: dict[object, object],
+) -> None:
+    """The codec refuses the originals, so the strategies run without archiving and still fit."""
+    archive = MemoryArchive()
+    engine = microcompact_engine(archive, window=4_000)
+    session = [
+        Message(m.role, m.content, tool_call_id=m.tool_call_id, name=m.name, metadata=metadata)
+        for m in agent_session(40)
+    ]
+    result = await engine.project(session)
+    assert result.usage.fits
+    assert result.commit is None
+    assert check_view(session, result.messages) == []
+    assert references_in(result.messages) == []
+    assert await archive.sessions() == []
+    assert result.event is not None
+    archive_step = next(step for step in result.event.steps if step.name == "archive")
+    assert archive_step.error is not None
+    assert "metadata is not JSON" in archive_step.error
+
+
 async def test_a_failing_strategy_keeps_the_cheaper_view_and_references_only_what_was_kept() -> (
     None
 ):
