@@ -11,7 +11,7 @@ from context_engine.errors import ArchiveError, RecallError
 from context_engine.messages import Message
 from context_engine.strategies.base import Removal
 
-__all__ = ["keep_originals", "keep_within", "recall_originals"]
+__all__ = ["keep_alive", "keep_originals", "keep_within", "recall_originals", "recall_tool_result"]
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +57,22 @@ async def keep_within(
     return None
 
 
+async def keep_alive(archive: Archive, session_id: str, timeout: float) -> None:
+    """`Archive.touch` within ``timeout`` seconds; a failure is logged, never raised.
+
+    The call it serves needs nothing from the store, so a slow or dead store
+    costs at most ``timeout`` and a warning.
+    """
+    try:
+        await asyncio.wait_for(archive.touch(session_id), timeout)
+    except asyncio.TimeoutError:
+        logger.warning(
+            "session=<%s> | archive touch got no answer within %g s", session_id, timeout
+        )
+    except Exception as exc:  # a third-party store too: the call goes on without it
+        logger.warning("session=<%s> | archive touch failed: %s", session_id, exc)
+
+
 async def recall_originals(
     archive: Archive, session_id: str, reference: str
 ) -> tuple[Message, ...]:
@@ -76,4 +92,24 @@ async def recall_originals(
         raise ArchiveError(f"the archive failed to read {reference!r}: {exc!r}") from exc
     if record is None:
         raise RecallError(reference, session_id)
+    return record.messages
+
+
+async def recall_tool_result(
+    archive: Archive, session_id: str, tool_call_id: str
+) -> tuple[Message, ...]:
+    """The originals of the newest archived result of the call ``tool_call_id``.
+
+    Raises:
+        RecallError: the session's archive holds no result of that call.
+        ArchiveError: the store failed.
+    """
+    try:
+        record = await archive.find_tool_result(session_id, tool_call_id)
+    except ArchiveError:
+        raise
+    except Exception as exc:
+        raise ArchiveError(f"the archive failed to look up a tool call: {exc!r}") from exc
+    if record is None:
+        raise RecallError(tool_call_id, session_id)
     return record.messages

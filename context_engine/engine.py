@@ -16,7 +16,7 @@ from typing import Any, Literal
 import attrs
 
 from context_engine._aio import run_blocking
-from context_engine._originals import keep_within, recall_originals
+from context_engine._originals import keep_alive, keep_within, recall_originals
 from context_engine._settings import (
     archive_settings,
     default_reserve,
@@ -383,6 +383,9 @@ class ContextEngine:
             "context_engine.breaker.state": self.breaker.state,
         }
         with self._telemetry.operation(operation, attributes) as span, shared_shapes():
+            if self._archive is not None and self._session_id is not None:
+                # Hook (issue 20): a store whose records expire counts from the last call.
+                await keep_alive(self._archive, self._session_id, self._archive_timeout)
             call = self._call(operation, transcript, extra.get("error"))
             if operation == "project" and call.fits:  # the common case: nothing to rewrite
                 outcome = call.unchanged()

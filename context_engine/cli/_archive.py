@@ -1,11 +1,13 @@
-"""``context-engine archive list|show|export``: what the engine archived, for the operator.
+"""``context-engine archive list|show|export|delete|expire``: the archive, for the operator.
 
 Each command opens the store named by ``--archive URL`` (default: the
 ``CONTEXT_ENGINE_ARCHIVE`` environment variable), reads, and closes it. Exports
 are JSON Lines, one record per line, with the messages in the archive's own
 lossless form (``--format archive``, the default: `message_to_dict`, so
 checkpoint references, thinking signatures and metadata survive) or as OpenAI
-Chat Completions dicts (``--format openai``, for other tools).
+Chat Completions dicts (``--format openai``, for other tools). ``show`` takes a
+reference or the id of a tool call whose result was archived. ``delete`` and
+``expire`` live in `context_engine.cli._archive_admin`.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from context_engine._aio import run_blocking
 from context_engine.archive import Archive, ArchiveRecord, open_archive
 from context_engine.archive.codec import message_to_dict
 from context_engine.archive.redis import safe_url
+from context_engine.archive.reference import REFERENCE_PATTERN
 from context_engine.cli._common import EXIT_OK, EXIT_PROBLEM, CliError
 from context_engine.cli._inspect import preview
 from context_engine.cli._output import Output, Table, emit_json
@@ -49,7 +52,7 @@ ARCHIVE_ENV = "CONTEXT_ENGINE_ARCHIVE"
 _EPILOG = f"""\
 exit codes:
   0  ok
-  1  the session has no records, or the reference is not in it
+  1  the session has no records, or the reference (or tool call) is not in it
   2  bad usage, or the archive cannot be opened or read
 
 URLs: memory:, sqlite:PATH (or a path ending in .db, .sqlite, .sqlite3),
@@ -232,7 +235,11 @@ def _records_table(session: str, records: list[ArchiveRecord]) -> Table:
 
 def _run_show(args: argparse.Namespace, out: Output) -> int:
     url = archive_url(args.archive)
-    record = _with_archive(url, lambda archive: archive.get(args.session, args.reference))
+    wanted: str = args.reference
+    if REFERENCE_PATTERN.fullmatch(wanted):
+        record = _with_archive(url, lambda archive: archive.get(args.session, wanted))
+    else:  # the id of a tool call: its newest archived result
+        record = _with_archive(url, lambda archive: archive.find_tool_result(args.session, wanted))
     if record is None:
         out.error(
             f"reference {args.reference!r} is not in the archive of session {args.session!r} "
@@ -366,10 +373,10 @@ def _sub(
 
 
 def add_archive(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register ``archive`` and its ``list``, ``show`` and ``export`` subcommands."""
+    """Register ``archive`` and its ``list``, ``show``, ``export``, ``delete``, ``expire``."""
     parser = commands.add_parser(
         "archive",
-        help="read what the engine archived: list, show and export records of a session",
+        help="read what the engine archived (list, show, export) and clean up (delete, expire)",
         description="Read the originals the engine archived (cleared tool results, trimmed "
         "text, ranges replaced by checkpoints) from a SQLite file or a Redis server.",
         epilog=_EPILOG,
@@ -383,7 +390,11 @@ def add_archive(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     listing.set_defaults(handler=_run_list)
     show = _sub(actions, "show", "show the messages archived under REFERENCE in SESSION")
     show.add_argument("session", metavar="SESSION", help="the session id")
-    show.add_argument("reference", metavar="REFERENCE", help="the reference (arc-...)")
+    show.add_argument(
+        "reference",
+        metavar="REFERENCE",
+        help="the reference (arc-...), or a tool-call id for its newest archived result",
+    )
     _json(show, "the record")
     _format(show)
     show.set_defaults(handler=_run_show)
@@ -394,3 +405,6 @@ def add_archive(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     _format(export)
     export.set_defaults(handler=_run_export)
+    from context_engine.cli._archive_admin import add_housekeeping  # it builds on this module
+
+    add_housekeeping(actions)

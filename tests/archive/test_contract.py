@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import attrs
@@ -209,3 +210,60 @@ async def test_state_is_shared_text_with_an_atomic_counter(make_store: StoreFact
     await store.delete_state("never-set")
     assert await store.get_state("seed") is None
     assert await (await make_store()).get_state("failures") == "25"
+
+
+# -- housekeeping (issue 20) ------------------------------------------------------------------
+
+
+async def test_deleting_a_session_removes_its_records_and_index_only(
+    make_store: StoreFactory,
+) -> None:
+    store = await make_store()
+    await store.put("gone", [tool_record("c1", "one"), tool_record("c2", "two")])
+    kept = tool_record("c1", "other session")
+    await store.put("kept", [kept])
+    assert await store.delete_session("gone") == 2
+    assert await store.records("gone") == []
+    assert await store.find_tool_result("gone", "c1") is None
+    assert await store.sessions() == ["kept"]
+    assert await store.find_tool_result("kept", "c1") == kept
+    assert await store.delete_session("gone") == 0  # nothing left: not an error
+
+
+async def test_expire_deletes_records_older_than_the_age_in_every_session(
+    make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await make_store()
+    clock = [1_700_000_000.0]
+    monkeypatch.setattr(time, "time", lambda: clock[0])
+    old, new = tool_record("c1", "a day old"), tool_record("c2", "fresh")
+    await store.put("s", [old])
+    await store.put("only-old", [tool_record("c3", "also a day old")])
+    clock[0] += 86_400
+    await store.put("s", [new])
+    assert await store.expire(3_600) == 2
+    assert [r.reference for r in await store.records("s")] == [new.reference]
+    assert await store.find_tool_result("s", "c1") is None
+    assert await store.find_tool_result("s", "c2") == new
+    assert await store.sessions() == ["s"]
+    assert await store.expire(3_600) == 0
+
+
+@pytest.mark.parametrize("age", [float("nan"), -1, "7d"], ids=["nan", "negative", "str"])
+async def test_expire_refuses_an_age_that_is_not_seconds(
+    make_store: StoreFactory, age: Any
+) -> None:
+    store = await make_store()
+    await store.put("s", [tool_record("c1", "x")])
+    with pytest.raises(ConfigurationError, match="max_age_seconds"):
+        await store.expire(age)
+    assert len(await store.records("s")) == 1
+
+
+async def test_touch_keeps_every_record(make_store: StoreFactory) -> None:
+    store = await make_store()
+    await store.put("s", [tool_record("c1", "x")])
+    await store.touch("s")
+    await store.touch("never-written")
+    assert len(await store.records("s")) == 1
+    assert await store.sessions() == ["s"]
