@@ -58,19 +58,19 @@ async def keep_within(
 
 
 async def keep_alive(archive: Archive, session_id: str, timeout: float) -> None:
-    """`Archive.touch` within ``timeout`` seconds; a failure is logged, never raised.
+    """`Archive.refresh` within ``timeout`` seconds; a failure is logged, never raised.
 
     The call it serves needs nothing from the store, so a slow or dead store
     costs at most ``timeout`` and a warning.
     """
     try:
-        await asyncio.wait_for(archive.touch(session_id), timeout)
+        await asyncio.wait_for(archive.refresh(session_id), timeout)
     except asyncio.TimeoutError:
         logger.warning(
-            "session=<%s> | archive touch got no answer within %g s", session_id, timeout
+            "session=<%s> | archive refresh got no answer within %g s", session_id, timeout
         )
     except Exception as exc:  # a third-party store too: the call goes on without it
-        logger.warning("session=<%s> | archive touch failed: %s", session_id, exc)
+        logger.warning("session=<%s> | archive refresh failed: %s", session_id, exc)
 
 
 async def recall_originals(

@@ -7,7 +7,7 @@ differs per script.
 
 from __future__ import annotations
 
-__all__ = ["FORGET", "PUT", "TOUCH"]
+__all__ = ["FORGET", "PUT", "REFRESH"]
 
 _REFRESH = """
 local function refresh(ttl, session, expires)
@@ -49,7 +49,7 @@ return count
 """
 )
 
-TOUCH = (
+REFRESH = (
     _REFRESH
     + """
 -- ARGV: ttl, session, expiry score. Keys of a session with no records are left alone.

@@ -121,7 +121,7 @@ class Archive(Protocol):
         """The session ids with at least one record, sorted."""
         ...
 
-    async def touch(self, session_id: str) -> None:
+    async def refresh(self, session_id: str) -> None:
         """Tell the store ``session_id`` is in use: a store whose records expire keeps them.
 
         The engine calls it on every call it serves with an archive, so a store

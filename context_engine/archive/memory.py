@@ -61,7 +61,7 @@ class MemoryArchive:
         """The session ids with at least one record, sorted."""
         return sorted(session for session, stored in self._records.items() if stored)
 
-    async def touch(self, session_id: str) -> None:
+    async def refresh(self, session_id: str) -> None:
         """Nothing to refresh: records live as long as the process."""
 
     async def delete_session(self, session_id: str) -> int:

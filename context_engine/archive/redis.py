@@ -14,7 +14,7 @@ and only a new one is appended to the order and the tool index. A client that
 dies while sending the script leaves nothing behind: Redis runs a command only
 once it has all of it. With a TTL, the session's keys expire that many seconds
 after the session was last used: every write, every read and every engine call
-(`touch`, at most once per tenth of the TTL) restarts it. Redis keeps data in
+(`refresh`, at most once per tenth of the TTL) restarts it. Redis keeps data in
 memory: the archive checks at first use that the server persists it and does
 not evict it (`check_durability`) and logs a warning otherwise. The scripts
 touch keys of several sessions' namespaces, so the archive needs one Redis
@@ -35,7 +35,7 @@ from typing import Any
 
 from context_engine._validate import check_number
 from context_engine.archive._redis_health import durability_problems, read_durability_config
-from context_engine.archive._redis_scripts import FORGET, PUT, TOUCH
+from context_engine.archive._redis_scripts import FORGET, PUT, REFRESH
 from context_engine.archive.base import ArchiveRecord, check_session_id, expiry_cutoff
 from context_engine.archive.codec import decode_messages, encode_messages
 from context_engine.errors import ArchiveError, ConfigurationError
@@ -50,7 +50,7 @@ _POOL_TIMEOUT = 20.0
 """Seconds a call waits for a free connection before it fails."""
 _REFRESH_SHARE = 0.1
 """A session's TTL is refreshed at most once per this share of it (per archive object)."""
-_TOUCHED_MAX = 10_000
+_REFRESHED_MAX = 10_000
 """Sessions whose last refresh is remembered; past it the memory starts over."""
 
 
@@ -142,7 +142,7 @@ class RedisArchive:
         prefix: The first part of every key, so several applications can
             share one server.
         ttl: Seconds the keys of a session live after the session was last
-            used: a write, a read, or an engine call (`touch`); None keeps them
+            used: a write, a read, or an engine call (`refresh`); None keeps them
             for ever. Shared state never expires.
 
     Raises:
@@ -174,9 +174,9 @@ class RedisArchive:
 
         self._errors: tuple[type[BaseException], ...] = (RedisError, OSError)
         self._put_script = self._client.register_script(PUT)
-        self._touch_script = self._client.register_script(TOUCH)
+        self._refresh_script = self._client.register_script(REFRESH)
         self._forget_script = self._client.register_script(FORGET)
-        self._touched: dict[str, float] = {}
+        self._refreshed: dict[str, float] = {}
         self._checked = False
 
     def __repr__(self) -> str:
@@ -213,7 +213,7 @@ class RedisArchive:
             tools = record.tool_call_ids if record.kind == "tool_result" else ()
             args.extend((record.reference, _envelope(record, body, now), len(tools), *tools))
         await self._call(self._put_script(keys=self._keys(session_id), args=args))
-        self._touched[session_id] = time.monotonic()
+        self._refreshed[session_id] = time.monotonic()
 
     def _keys(self, session_id: str) -> list[str]:
         """The ``KEYS`` of every script (see `context_engine.archive._redis_scripts`)."""
@@ -257,7 +257,7 @@ class RedisArchive:
         for problem in problems:
             logger.warning("redis=<%s> | archive records may be lost: %s", self.where, problem)
 
-    async def touch(self, session_id: str) -> None:
+    async def refresh(self, session_id: str) -> None:
         """Restart the session's time to live (no-op without one).
 
         The engine calls it on every call and every read calls it, so the TTL
@@ -267,18 +267,18 @@ class RedisArchive:
         if self.ttl is None:
             return
         now = time.monotonic()
-        last = self._touched.get(session_id)
+        last = self._refreshed.get(session_id)
         if last is not None and now - last < self.ttl * _REFRESH_SHARE:
             return
-        if len(self._touched) >= _TOUCHED_MAX:
-            self._touched.clear()
+        if len(self._refreshed) >= _REFRESHED_MAX:
+            self._refreshed.clear()
         args = [self.ttl, session_id, repr(time.time() + self.ttl)]
-        await self._call(self._touch_script(keys=self._keys(session_id), args=args))
-        self._touched[session_id] = now
+        await self._call(self._refresh_script(keys=self._keys(session_id), args=args))
+        self._refreshed[session_id] = now
 
     async def delete_session(self, session_id: str) -> int:
         """Delete every record of ``session_id`` in one script; return how many there were."""
-        self._touched.pop(session_id, None)
+        self._refreshed.pop(session_id, None)
         deleted = await self._call(
             self._forget_script(keys=self._keys(session_id), args=[session_id])
         )
@@ -308,7 +308,7 @@ class RedisArchive:
         raw = await self._call(self._client.hget(self._key(session_id, "records"), reference))
         if raw is None:
             return None
-        await self.touch(session_id)
+        await self.refresh(session_id)
         return self._decode(reference, raw)
 
     def _decode(self, reference: str, raw: bytes | str) -> ArchiveRecord:
@@ -333,7 +333,7 @@ class RedisArchive:
         if not order:
             return []
         bodies = await self._call(self._client.hmget(self._key(session_id, "records"), order))
-        await self.touch(session_id)
+        await self.refresh(session_id)
         return [
             self._decode(reference, raw)
             for reference, raw in zip(order, bodies, strict=True)

@@ -287,7 +287,7 @@ class SQLiteArchive:
 
         return await self._run(read)
 
-    async def touch(self, session_id: str) -> None:
+    async def refresh(self, session_id: str) -> None:
         """Nothing to refresh: records stay until deleted or expired."""
 
     async def delete_session(self, session_id: str) -> int:

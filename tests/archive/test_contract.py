@@ -260,10 +260,10 @@ async def test_expire_refuses_an_age_that_is_not_seconds(
     assert len(await store.records("s")) == 1
 
 
-async def test_touch_keeps_every_record(make_store: StoreFactory) -> None:
+async def test_refresh_keeps_every_record(make_store: StoreFactory) -> None:
     store = await make_store()
     await store.put("s", [tool_record("c1", "x")])
-    await store.touch("s")
-    await store.touch("never-written")
+    await store.refresh("s")
+    await store.refresh("never-written")
     assert len(await store.records("s")) == 1
     assert await store.sessions() == ["s"]

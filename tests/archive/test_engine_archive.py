@@ -370,19 +370,19 @@ async def test_every_original_removed_from_a_replayed_corpus_transcript_is_recal
     assert checked > 0
 
 
-async def test_a_store_failing_to_touch_costs_a_warning_not_the_call(
+async def test_a_store_failing_to_refresh_costs_a_warning_not_the_call(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Keeping a session's records alive is the store's business; the call goes on."""
 
-    class TouchFails(MemoryArchive):
-        async def touch(self, session_id: str) -> None:
+    class RefreshFails(MemoryArchive):
+        async def refresh(self, session_id: str) -> None:
             raise OSError("connection reset")
 
-    engine = microcompact_engine(TouchFails(), window=4_000)
+    engine = microcompact_engine(RefreshFails(), window=4_000)
     session = agent_session(40)
     with caplog.at_level(logging.WARNING, logger="context_engine"):
         result = await engine.project(session)
     assert result.usage.fits
     assert result.commit is not None or result.changed
-    assert any("archive touch failed" in r.getMessage() for r in caplog.records)
+    assert any("archive refresh failed" in r.getMessage() for r in caplog.records)
