@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from context_engine.archive.base import Archive, ArchiveRecord
 from context_engine.errors import ArchiveError, RecallError
@@ -84,15 +84,12 @@ async def recall_originals(
     """
     if not isinstance(reference, str):
         raise RecallError(repr(reference), session_id)
-    try:
-        record = await archive.get(session_id, reference.strip())
-    except ArchiveError:
-        raise
-    except Exception as exc:
-        raise ArchiveError(f"the archive failed to read {reference!r}: {exc!r}") from exc
-    if record is None:
-        raise RecallError(reference, session_id)
-    return record.messages
+    return await _originals_of(
+        lambda: archive.get(session_id, reference.strip()),
+        reference,
+        session_id,
+        f"read {reference!r}",
+    )
 
 
 async def recall_tool_result(
@@ -104,12 +101,24 @@ async def recall_tool_result(
         RecallError: the session's archive holds no result of that call.
         ArchiveError: the store failed.
     """
+    return await _originals_of(
+        lambda: archive.find_tool_result(session_id, tool_call_id),
+        tool_call_id,
+        session_id,
+        "look up a tool call",
+    )
+
+
+async def _originals_of(
+    read: Callable[[], Awaitable[ArchiveRecord | None]], wanted: str, session_id: str, what: str
+) -> tuple[Message, ...]:
+    """The messages of the record ``read`` returns; any store failure is an `ArchiveError`."""
     try:
-        record = await archive.find_tool_result(session_id, tool_call_id)
+        record = await read()
     except ArchiveError:
         raise
-    except Exception as exc:
-        raise ArchiveError(f"the archive failed to look up a tool call: {exc!r}") from exc
+    except Exception as exc:  # a third-party store: any failure means "cannot read"
+        raise ArchiveError(f"the archive failed to {what}: {exc!r}") from exc
     if record is None:
-        raise RecallError(tool_call_id, session_id)
+        raise RecallError(wanted, session_id)
     return record.messages
