@@ -6,8 +6,10 @@ are JSON Lines, one record per line, with the messages in the archive's own
 lossless form (``--format archive``, the default: `message_to_dict`, so
 checkpoint references, thinking signatures and metadata survive) or as OpenAI
 Chat Completions dicts (``--format openai``, for other tools). ``show`` takes a
-reference or the id of a tool call whose result was archived. ``delete`` and
-``expire`` live in `context_engine.cli._archive_admin`.
+reference or the id of a tool call whose result was archived. ``delete SESSION``
+removes a session's records and ``expire --older-than AGE`` those of every
+session stored longer ago than ``AGE`` (a retention job); like ``rm``, neither
+asks for confirmation.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import datetime as dt
 import json
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,6 +31,7 @@ from context_engine.archive import Archive, ArchiveRecord, open_archive
 from context_engine.archive.codec import message_to_dict
 from context_engine.archive.redis import safe_url
 from context_engine.archive.reference import REFERENCE_PATTERN
+from context_engine.cli._age import parse_age
 from context_engine.cli._common import EXIT_OK, EXIT_PROBLEM, CliError
 from context_engine.cli._inspect import preview
 from context_engine.cli._output import Output, Table, emit_json
@@ -323,6 +327,31 @@ def _target(path: str | None, stdout: TextIO) -> Iterator[TextIO]:
         raise CliError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
+# -- delete, expire --------------------------------------------------------------------------
+
+
+def _run_delete(args: argparse.Namespace, out: Output) -> int:
+    url = archive_url(args.archive)
+    deleted = _with_archive(url, lambda archive: archive.delete_session(args.session))
+    if not deleted:
+        out.error(f"session {args.session!r} has no records in {safe_url(url)}")
+        return EXIT_PROBLEM
+    out.line(f"deleted {deleted} records of session {args.session} from {safe_url(url)}")
+    return EXIT_OK
+
+
+def _run_expire(args: argparse.Namespace, out: Output) -> int:
+    url = archive_url(args.archive)
+    age = parse_age(args.older_than)
+    cutoff = stored_at(time.time() - age)
+    deleted = _with_archive(url, lambda archive: archive.expire(age))
+    out.line(
+        f"deleted {deleted} records stored before {cutoff} (older than {args.older_than}) "
+        f"from {safe_url(url)}"
+    )
+    return EXIT_OK
+
+
 # -- parser ----------------------------------------------------------------------------------
 
 
@@ -405,6 +434,15 @@ def add_archive(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     _format(export)
     export.set_defaults(handler=_run_export)
-    from context_engine.cli._archive_admin import add_housekeeping  # it builds on this module
-
-    add_housekeeping(actions)
+    delete = _sub(actions, "delete", "delete every record of SESSION")
+    delete.add_argument("session", metavar="SESSION", help="the session id")
+    delete.set_defaults(handler=_run_delete)
+    expire = _sub(actions, "expire", "delete the records of every session older than an age")
+    expire.add_argument(
+        "--older-than",
+        metavar="AGE",
+        required=True,
+        help="records stored longer ago than this go: 3600, 90s, 15m, 12h, 7d, 2w; "
+        "records of unknown time (migrated from an old file) stay",
+    )
+    expire.set_defaults(handler=_run_expire)

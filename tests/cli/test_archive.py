@@ -13,7 +13,7 @@ import pytest
 from context_engine.archive import SQLiteArchive, reference_for
 from context_engine.archive.codec import message_from_dict
 from context_engine.cli import main
-from context_engine.cli._archive_admin import parse_age
+from context_engine.cli._age import parse_age
 from context_engine.formats.openai import from_openai
 from context_engine.formats.readers import write_transcript
 from context_engine.testing import synthetic_session
