@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 
 from context_engine.archive.base import Archive, ArchiveRecord
@@ -11,7 +12,14 @@ from context_engine.errors import ArchiveError, RecallError
 from context_engine.messages import Message
 from context_engine.strategies.base import Removal
 
-__all__ = ["keep_alive", "keep_originals", "keep_within", "recall_originals", "recall_tool_result"]
+__all__ = [
+    "KeepAlive",
+    "keep_alive",
+    "keep_originals",
+    "keep_within",
+    "recall_originals",
+    "recall_tool_result",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +63,34 @@ async def keep_within(
     except ArchiveError as exc:
         return str(exc) or type(exc).__name__
     return None
+
+
+class KeepAlive:
+    """Tells the store a session is in use, at most once per ``every`` seconds.
+
+    The engine asks on every call; the check is one clock read, so a call
+    that needs nothing from the store does not pay for a coroutine or a
+    timeout when the session was refreshed less than a second ago.
+    """
+
+    def __init__(
+        self, archive: Archive, session_id: str, timeout: float, every: float = 1.0
+    ) -> None:
+        self._archive, self._session_id, self._timeout = archive, session_id, timeout
+        self._every = every
+        self._next = 0.0
+
+    def due(self) -> bool:
+        """Whether a refresh is due (and, if so, the next one ``every`` seconds later)."""
+        now = time.monotonic()
+        if now < self._next:
+            return False
+        self._next = now + self._every
+        return True
+
+    async def refresh(self) -> None:
+        """`keep_alive` of the session."""
+        await keep_alive(self._archive, self._session_id, self._timeout)
 
 
 async def keep_alive(archive: Archive, session_id: str, timeout: float) -> None:

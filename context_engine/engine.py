@@ -16,7 +16,7 @@ from typing import Any, Literal
 import attrs
 
 from context_engine._aio import run_blocking
-from context_engine._originals import keep_alive, keep_within, recall_originals
+from context_engine._originals import KeepAlive, keep_within, recall_originals
 from context_engine._settings import (
     archive_settings,
     default_reserve,
@@ -117,6 +117,11 @@ class ContextEngine:
         self._window = positive_window(context_window)
         self._archive, self._session_id = archive_settings(archive, session_id)
         self._archive_timeout = seconds("archive_timeout_seconds", archive_timeout_seconds)
+        self._keep_alive = (
+            KeepAlive(self._archive, self._session_id, self._archive_timeout)
+            if self._archive is not None and self._session_id is not None
+            else None
+        )
         self._reserve = reserve(reserve_tokens)
         self._strategies = strategy_tuple(strategies)
         self._max_user_share = user_share(max_user_share)
@@ -383,9 +388,9 @@ class ContextEngine:
             "context_engine.breaker.state": self.breaker.state,
         }
         with self._telemetry.operation(operation, attributes) as span, shared_shapes():
-            if self._archive is not None and self._session_id is not None:
-                # Hook (issue 20): a store whose records expire counts from the last call.
-                await keep_alive(self._archive, self._session_id, self._archive_timeout)
+            keeper = self._keep_alive  # hook (issue 20): expiring records count from this call
+            if keeper is not None and keeper.due():
+                await keeper.refresh()
             call = self._call(operation, transcript, extra.get("error"))
             if operation == "project" and call.fits:  # the common case: nothing to rewrite
                 outcome = call.unchanged()

@@ -124,10 +124,11 @@ class Archive(Protocol):
     async def refresh(self, session_id: str) -> None:
         """Tell the store ``session_id`` is in use: a store whose records expire keeps them.
 
-        The engine calls it on every call it serves with an archive, so a store
-        with a time to live counts it from the session's last call, not its
-        last rewrite. Stores without expiry do nothing; a store may skip
-        refreshes made within a small share of its time to live.
+        The engine calls it on the calls it serves with an archive (at most
+        once a second), so a store with a time to live counts it from the
+        session's last call, not its last rewrite. Stores without expiry do
+        nothing; a store may skip refreshes made within a small share of its
+        time to live.
         """
         ...
 

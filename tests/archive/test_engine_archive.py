@@ -386,3 +386,22 @@ async def test_a_store_failing_to_refresh_costs_a_warning_not_the_call(
     assert result.usage.fits
     assert result.commit is not None or result.changed
     assert any("archive refresh failed" in r.getMessage() for r in caplog.records)
+
+
+async def test_the_engine_refreshes_its_session_once_a_second_at_most() -> None:
+    """Refreshing on every call keeps expiring records alive without a store call per call."""
+
+    class Counting(MemoryArchive):
+        def __init__(self) -> None:
+            super().__init__()
+            self.refreshed: list[str] = []
+
+        async def refresh(self, session_id: str) -> None:
+            self.refreshed.append(session_id)
+
+    archive = Counting()
+    engine = microcompact_engine(archive, window=100_000)
+    for _ in range(5):
+        result = await engine.project([Message.user("short")])
+        assert result.event is None  # nothing rewritten: only the refresh touches the store
+    assert archive.refreshed == ["session-a"]

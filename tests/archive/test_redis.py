@@ -138,7 +138,7 @@ async def test_an_engine_call_that_rewrites_nothing_restarts_the_ttl(
     assert result.event is None  # nothing was rewritten, nothing archived
     assert all(500 < ttl <= 600 for ttl in await ttls(redis_client, redis_prefix, "s"))
     await shorten_ttls(redis_client, redis_prefix, "s")
-    await engine.project([Message.user("a short question")])  # within a tenth of the TTL
+    await engine.project([Message.user("a short question")])  # within a second, a tenth of TTL
     assert all(ttl <= 5 for ttl in await ttls(redis_client, redis_prefix, "s"))  # no round trip
 
 
