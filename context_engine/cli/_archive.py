@@ -176,6 +176,12 @@ def jsonl_line(data: Any) -> str:
     return text + "\n"
 
 
+def _no_records(session: str, url: str, out: Output) -> int:
+    """Say that ``session`` has no records in the archive at ``url``; the exit code of that."""
+    out.error(f"session {session!r} has no records in {safe_url(url)}")
+    return EXIT_PROBLEM
+
+
 # -- list ------------------------------------------------------------------------------------
 
 
@@ -197,8 +203,7 @@ def _run_list(args: argparse.Namespace, out: Output) -> int:
         emit_json([_summary(r) for r in records], args.json, out)
     out.table(_records_table(args.session, records))
     if not records:
-        out.error(f"session {args.session!r} has no records in {safe_url(url)}")
-        return EXIT_PROBLEM
+        return _no_records(args.session, url, out)
     return EXIT_OK
 
 
@@ -300,8 +305,7 @@ def _run_export(args: argparse.Namespace, out: Output) -> int:
     url = archive_url(args.archive)
     records = _with_archive(url, lambda archive: archive.records(args.session))
     if not records:
-        out.error(f"session {args.session!r} has no records in {safe_url(url)}")
-        return EXIT_PROBLEM
+        return _no_records(args.session, url, out)
     try:
         with _target(args.output, out.stdout) as stream:
             for record in records:
@@ -334,8 +338,7 @@ def _run_delete(args: argparse.Namespace, out: Output) -> int:
     url = archive_url(args.archive)
     deleted = _with_archive(url, lambda archive: archive.delete_session(args.session))
     if not deleted:
-        out.error(f"session {args.session!r} has no records in {safe_url(url)}")
-        return EXIT_PROBLEM
+        return _no_records(args.session, url, out)
     out.line(f"deleted {deleted} records of session {args.session} from {safe_url(url)}")
     return EXIT_OK
 
