@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Awaitable, Callable, Sequence
 
 from context_engine._settings import Settings
 from context_engine.archive.base import Archive, ArchiveRecord
@@ -15,11 +16,14 @@ from context_engine.strategies.tool_result_cap import ToolResultCap, cap_tool_re
 from context_engine.tokens import TokenCounter
 
 __all__ = [
+    "KeepAlive",
     "capped_on_arrival",
+    "keep_alive",
     "keep_originals",
     "keep_within",
     "recall_in",
     "recall_originals",
+    "recall_tool_result",
 ]
 
 logger = logging.getLogger(__name__)
@@ -66,6 +70,50 @@ async def keep_within(
     return None
 
 
+class KeepAlive:
+    """Tells the store a session is in use, at most once per ``every`` seconds.
+
+    The engine asks on every call; the check is one clock read, so a call
+    that needs nothing from the store does not pay for a coroutine or a
+    timeout when the session was refreshed less than a second ago.
+    """
+
+    def __init__(
+        self, archive: Archive, session_id: str, timeout: float, every: float = 1.0
+    ) -> None:
+        self._archive, self._session_id, self._timeout = archive, session_id, timeout
+        self._every = every
+        self._next = 0.0
+
+    def due(self) -> bool:
+        """Whether a refresh is due (and, if so, the next one ``every`` seconds later)."""
+        now = time.monotonic()
+        if now < self._next:
+            return False
+        self._next = now + self._every
+        return True
+
+    async def refresh(self) -> None:
+        """`keep_alive` of the session."""
+        await keep_alive(self._archive, self._session_id, self._timeout)
+
+
+async def keep_alive(archive: Archive, session_id: str, timeout: float) -> None:
+    """`Archive.refresh` within ``timeout`` seconds; a failure is logged, never raised.
+
+    The call it serves needs nothing from the store, so a slow or dead store
+    costs at most ``timeout`` and a warning.
+    """
+    try:
+        await asyncio.wait_for(archive.refresh(session_id), timeout)
+    except asyncio.TimeoutError:
+        logger.warning(
+            "session=<%s> | archive refresh got no answer within %g s", session_id, timeout
+        )
+    except Exception as exc:  # a third-party store too: the call goes on without it
+        logger.warning("session=<%s> | archive refresh failed: %s", session_id, exc)
+
+
 async def recall_originals(
     archive: Archive, session_id: str, reference: str
 ) -> tuple[Message, ...]:
@@ -77,14 +125,43 @@ async def recall_originals(
     """
     if not isinstance(reference, str):
         raise RecallError(repr(reference), session_id)
+    return await _originals_of(
+        lambda: archive.get(session_id, reference.strip()),
+        reference,
+        session_id,
+        f"read {reference!r}",
+    )
+
+
+async def recall_tool_result(
+    archive: Archive, session_id: str, tool_call_id: str
+) -> tuple[Message, ...]:
+    """The originals of the newest archived result of the call ``tool_call_id``.
+
+    Raises:
+        RecallError: the session's archive holds no result of that call.
+        ArchiveError: the store failed.
+    """
+    return await _originals_of(
+        lambda: archive.find_tool_result(session_id, tool_call_id),
+        tool_call_id,
+        session_id,
+        "look up a tool call",
+    )
+
+
+async def _originals_of(
+    read: Callable[[], Awaitable[ArchiveRecord | None]], wanted: str, session_id: str, what: str
+) -> tuple[Message, ...]:
+    """The messages of the record ``read`` returns; any store failure is an `ArchiveError`."""
     try:
-        record = await archive.get(session_id, reference.strip())
+        record = await read()
     except ArchiveError:
         raise
-    except Exception as exc:
-        raise ArchiveError(f"the archive failed to read {reference!r}: {exc!r}") from exc
+    except Exception as exc:  # a third-party store: any failure means "cannot read"
+        raise ArchiveError(f"the archive failed to {what}: {exc!r}") from exc
     if record is None:
-        raise RecallError(reference, session_id)
+        raise RecallError(wanted, session_id)
     return record.messages
 
 

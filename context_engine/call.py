@@ -285,8 +285,9 @@ def _assembled(
     """
     if call.assembly is None and not outcome.removed:
         return outcome.view, EMPTY_TRACE
+    archived = call.settings.archiving and outcome.unarchived is None  # references exist
     rewrites = removal_decisions(
-        outcome.removed, desk.meter.counter, outcome.info is not None, call.settings.archiving
+        outcome.removed, desk.meter.counter, outcome.info is not None, archived
     )
     if call.assembly is None:
         return outcome.view, AssemblyTrace(decisions=rewrites)

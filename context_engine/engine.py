@@ -15,7 +15,7 @@ from typing import Any, Literal
 import attrs
 
 from context_engine._aio import run_blocking
-from context_engine._originals import capped_on_arrival, recall_in
+from context_engine._originals import KeepAlive, capped_on_arrival, recall_in
 from context_engine._settings import (
     Settings,
     check_hooks,
@@ -146,6 +146,13 @@ class ContextEngine:
         self._session = Session(breaker)
         self._last_desk: Desk | None = None
         self._telemetry = Telemetry(tracer_provider, meter_provider)
+        archive, session_id = self._settings.archive, self._settings.session_id
+        # Expiring archives count idle time from the last call, not the last write.
+        self._keep_alive = (
+            KeepAlive(archive, session_id, self._settings.archive_timeout)
+            if archive is not None and session_id is not None
+            else None
+        )
         self._assembler = providers if isinstance(providers, Assembler) else Assembler(providers)
 
     @classmethod
@@ -321,6 +328,9 @@ class ContextEngine:
             "context_engine.breaker.state": session.breaker.state,
         }
         with telemetry.operation(operation, attributes) as span, shared_shapes():
+            keeper = self._keep_alive
+            if keeper is not None and keeper.due():
+                await keeper.refresh()
             assembly = None
             if self._assembler.providers:  # context assembly: run the providers first
                 assembly = await self._assembler.assemble(

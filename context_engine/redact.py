@@ -193,6 +193,10 @@ class Redactor:
         """Every pattern applied, in order."""
         return (DEFAULT_SECRET_PATTERNS if self.defaults else ()) + self.extra_patterns
 
+    def redact_all(self, texts: Sequence[str]) -> tuple[str, ...]:
+        """Each of ``texts`` redacted (file paths, say), in order."""
+        return tuple(self.redact(text) for text in texts)
+
     def redact(self, text: str) -> str:
         """``text`` with every secret replaced by the replacement naming its kind.
 
@@ -220,8 +224,14 @@ class Redactor:
         images and metadata are left alone (they are not sent as text).
         """
         if isinstance(message, ContextSummary):
-            summary = self.redact(message.summary)
-            return message if summary == message.summary else attrs.evolve(message, summary=summary)
+            changes: dict[str, Any] = {
+                "summary": self.redact(message.summary),
+                "read_files": self.redact_all(message.read_files),
+                "modified_files": self.redact_all(message.modified_files),
+            }
+            if all(changes[name] == getattr(message, name) for name in changes):
+                return message
+            return attrs.evolve(message, **changes)
         content = tuple(self._block(block) for block in message.content)
         if all(new is old for new, old in zip(content, message.content, strict=True)):
             return message

@@ -79,7 +79,14 @@ async def keep(call: Call, outcome: Outcome) -> Outcome:
     says why, and nothing is committed.
     """
     settings = call.settings
-    if settings.archive is None or settings.session_id is None or not outcome.removed:
+    if settings.archive is None or settings.session_id is None:
+        return outcome
+    # A message the codec refuses (metadata that is not JSON) fails every archiving
+    # strategy; without archiving they can still make the view fit.
+    refused = next((s.error for s in outcome.steps if _codec_refused(s.error)), None)
+    if refused is not None and outcome.tokens > call.threshold:
+        return await run_unarchived(call, settings.strategies, outcome, refused)
+    if not outcome.removed:
         return outcome
     problem = await keep_within(
         settings.archive, settings.session_id, outcome.removed, settings.archive_timeout
@@ -92,3 +99,7 @@ async def keep(call: Call, outcome: Outcome) -> Outcome:
         problem,
     )
     return await run_unarchived(call, settings.strategies, outcome, f"ArchiveError: {problem}")
+
+
+def _codec_refused(error: str | None) -> bool:
+    return error is not None and error.startswith("ArchiveError: cannot archive a message")

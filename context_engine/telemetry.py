@@ -24,6 +24,7 @@ import contextlib
 import functools
 import logging
 import time
+import traceback
 from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Any
@@ -150,8 +151,12 @@ class Telemetry:
         if not self.tracing():
             yield INVALID_SPAN
             return
-        with self.tracer.start_as_current_span(name, record_exception=True, **options) as span:
-            yield span
+        with self.tracer.start_as_current_span(name, record_exception=False, **options) as span:
+            try:
+                yield span
+            except BaseException as exc:
+                record_error(span, exc)
+                raise
 
     def operation(self, name: str, attributes: dict[str, Any]) -> _Operation:
         """A span for one engine call; also makes this telemetry current for strategies.
@@ -217,13 +222,14 @@ class Telemetry:
 class _Operation:
     """Context manager of one engine call (a class: it runs on every call)."""
 
-    __slots__ = ("_attributes", "_name", "_span_scope", "_started", "_telemetry", "_token")
+    __slots__ = ("_attributes", "_name", "_span", "_span_scope", "_started", "_telemetry", "_token")
 
     def __init__(self, telemetry: Telemetry, name: str, attributes: dict[str, Any]) -> None:
         self._telemetry = telemetry
         self._name = name
         self._attributes = attributes
         self._span_scope: Any = None
+        self._span: Span = INVALID_SPAN
 
     def __enter__(self) -> Span:
         telemetry = self._telemetry
@@ -233,15 +239,18 @@ class _Operation:
         if not telemetry.tracing():
             return INVALID_SPAN
         self._span_scope = telemetry.tracer.start_as_current_span(
-            f"context_engine.{self._name}", attributes=self._attributes, record_exception=True
+            f"context_engine.{self._name}", attributes=self._attributes, record_exception=False
         )
         span: Span = self._span_scope.__enter__()
+        self._span = span
         return span
 
     def __exit__(self, kind: Any, error: Any, trace_back: Any) -> None:
         telemetry = self._telemetry
         try:
             if self._span_scope is not None:
+                if error is not None:
+                    record_error(self._span, error)
                 self._span_scope.__exit__(kind, error, trace_back)
         finally:
             _current.reset(self._token)
@@ -271,6 +280,20 @@ def record_model_usage(
             "gen_ai.response.model": response_model if isinstance(response_model, str) else None,
         },
     )
+
+
+def record_error(span: Span, error: BaseException) -> None:
+    """Record ``error`` on ``span`` as an exception event, without its chained causes.
+
+    The SDK's own recording formats the whole chain, and a cause may quote
+    message content (a summarizer's error echoing its prompt) that the
+    error's own text leaves out (`context_engine.summarize.scrub`).
+    """
+    if not span.is_recording():
+        return
+    stack = traceback.format_exception(type(error), error, error.__traceback__, chain=False)
+    with contextlib.suppress(Exception):
+        span.record_exception(error, attributes={"exception.stacktrace": "".join(stack)})
 
 
 def mark_error(span: Span, error: BaseException) -> None:

@@ -286,3 +286,18 @@ def test_the_default_engine_passes_a_redactor_to_its_summary() -> None:
     )
     summary = next(s for s in engine.strategies if isinstance(s, FullSummary))
     assert summary.redactor is redactor
+
+
+def test_a_checkpoints_file_lists_are_redacted_too() -> None:
+    """Paths come from tool calls: a URL with its password or a key in a file name."""
+    checkpoint = ContextSummary(
+        summary="earlier work",
+        read_files=(f"/home/dev/{AWS}_accessKeys.csv", "src/app.py"),
+        modified_files=(f"https://bot:{OPENAI}@example.com/notes.md",),
+    )
+    (out,) = redact_messages([checkpoint], REDACTOR)
+    assert isinstance(out, ContextSummary)
+    assert out.read_files == ("/home/dev/[REDACTED:aws-access-key]_accessKeys.csv", "src/app.py")
+    assert AWS not in out.text
+    assert OPENAI not in out.text
+    assert out.summary == "earlier work"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import pkgutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -9,6 +12,7 @@ from typing import Any
 import attrs
 import pytest
 
+import context_engine
 from context_engine import ConfigurationError, ContextEngine
 from context_engine._validate import (
     check_int,
@@ -23,7 +27,7 @@ from context_engine.archive.redis import RedisArchive
 from context_engine.archive.shared import SharedSummarizerBreaker
 from context_engine.archive.sqlite import SQLiteArchive
 from context_engine.breaker import CircuitBreaker
-from context_engine.strategies import FullSummary, LightTrim, ToolResultMicrocompact
+from context_engine.strategies import FullSummary, LightTrim, ToolResultCap, ToolResultMicrocompact
 from context_engine.summarize.retry import RetryPolicy
 from context_engine.testing import RecordingSummarizer
 from tests.extras import needs
@@ -138,6 +142,17 @@ FLOAT_SETTINGS: list[tuple[str, Callable[[float], object]]] = [
             cooldown_seconds=v,
         ),
     ),
+    ("engine-archive-timeout", lambda v: ContextEngine(1000, archive_timeout_seconds=v)),
+    (
+        "summary-total-timeout",
+        lambda v: FullSummary(summarizer=RecordingSummarizer(), summary_timeout_seconds=v),
+    ),
+    (
+        "summary-checkpoint-share",
+        lambda v: FullSummary(summarizer=RecordingSummarizer(), max_checkpoint_share=v),
+    ),
+    ("tool-result-cap-share", lambda v: ToolResultCap(max_share=v)),
+    ("tool-result-cap-round-share", lambda v: ToolResultCap(max_round_share=v)),
     ("redis-ttl", lambda v: _redis_archive(ttl=v)),
     (
         "openai-temperature",
@@ -164,3 +179,45 @@ def test_sqlite_timeout_must_be_finite(tmp_path: Path, value: float) -> None:
     with pytest.raises(ConfigurationError, match="positive number of seconds"):
         SQLiteArchive(tmp_path / "a.db", timeout=value)
     assert not (tmp_path / "a.db").exists()
+
+
+# The validated float fields of the package's settings classes, each built with nan above.
+COVERED_FIELDS = {
+    ("CircuitBreaker", "cooldown_seconds"),
+    ("SharedSummarizerBreaker", "cooldown_seconds"),
+    ("RetryPolicy", "max_delay"),
+    ("RetryPolicy", "initial_wait"),
+    ("RetryPolicy", "max_wait"),
+    ("RetryPolicy", "jitter"),
+    ("RetryPolicy", "overflow_drop_fraction"),
+    ("LightTrim", "trimming_step"),
+    ("ToolResultMicrocompact", "clearing_step"),
+    ("FullSummary", "timeout_seconds"),
+    ("FullSummary", "summary_timeout_seconds"),
+    ("FullSummary", "max_checkpoint_share"),
+    ("ToolResultCap", "max_share"),
+    ("ToolResultCap", "max_round_share"),
+}
+
+
+def _validated_float_fields() -> set[tuple[str, str]]:
+    found = set()
+    for module_info in pkgutil.walk_packages(context_engine.__path__, "context_engine."):
+        if module_info.name.endswith("__main__"):
+            continue
+        try:
+            module = importlib.import_module(module_info.name)
+        except ImportError:
+            continue  # a module of an extra that is not installed here
+        for name, value in vars(module).items():
+            if not (inspect.isclass(value) and attrs.has(value)) or name.startswith("_"):
+                continue
+            for field in attrs.fields(value):
+                if field.init and field.validator is not None and "float" in str(field.type):
+                    found.add((value.__name__, field.name))
+    return found
+
+
+def test_every_validated_float_field_is_in_the_nan_table() -> None:
+    """A new float setting cannot slip in without the nan and infinity check above."""
+    assert _validated_float_fields() == COVERED_FIELDS

@@ -14,10 +14,11 @@ from typing import Literal, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
+from context_engine._validate import check_number
 from context_engine.errors import ConfigurationError
 from context_engine.messages import Message
 
-__all__ = ["Archive", "ArchiveRecord", "RecordKind", "check_session_id"]
+__all__ = ["Archive", "ArchiveRecord", "RecordKind", "check_session_id", "expiry_cutoff"]
 
 RecordKind: TypeAlias = Literal["tool_result", "text", "messages"]
 """``tool_result``: a tool result microcompact cleared; ``text``: a message whose
@@ -50,6 +51,22 @@ def check_session_id(session_id: object) -> str:
     if any(ch in session_id for ch in "\n\r\t\0"):
         raise ConfigurationError(f"session_id must be one line of text, got {session_id!r}")
     return session_id
+
+
+def expiry_cutoff(max_age_seconds: object, now: float) -> float:
+    """The ``created_at`` before which `Archive.expire` deletes a record.
+
+    Raises:
+        ConfigurationError: ``max_age_seconds`` is not a finite number >= 0.
+    """
+    age = check_number(
+        max_age_seconds,
+        "Archive.expire",
+        "max_age_seconds",
+        unit="seconds",
+        fix="it is how old a record may get, in seconds (7 days is 604800)",
+    )
+    return now - age
 
 
 @attrs.frozen(kw_only=True)
@@ -102,6 +119,32 @@ class Archive(Protocol):
 
     async def sessions(self) -> list[str]:
         """The session ids with at least one record, sorted."""
+        ...
+
+    async def refresh(self, session_id: str) -> None:
+        """Tell the store ``session_id`` is in use: a store whose records expire keeps them.
+
+        The engine calls it on the calls it serves with an archive (at most
+        once a second), so a store with a time to live counts it from the
+        session's last call, not its last rewrite. Stores without expiry do
+        nothing; a store may skip refreshes made within a small share of its
+        time to live.
+        """
+        ...
+
+    async def delete_session(self, session_id: str) -> int:
+        """Delete every record of ``session_id``; return how many there were."""
+        ...
+
+    async def expire(self, max_age_seconds: float) -> int:
+        """Delete the records, of every session, stored more than ``max_age_seconds`` ago.
+
+        Records whose time is unknown (``created_at`` 0, migrated from an old
+        file) are kept. Returns how many records were deleted.
+
+        Raises:
+            ConfigurationError: ``max_age_seconds`` is not a finite number >= 0.
+        """
         ...
 
     async def get_state(self, key: str) -> str | None:

@@ -2,7 +2,8 @@
 
 Every field of `Message`, its blocks, `Usage` and `ContextSummary` is
 written, so ``decode_messages(encode_messages(m)) == m`` for any messages whose
-metadata is JSON (str keys; str, number, bool, None, list and dict values).
+metadata is JSON (str keys; str, number, bool, None, list and dict values);
+anything else, int keys and tuples included, raises `ArchiveError`.
 The encoding is canonical (sorted keys, no spaces), which is what makes a
 reference a pure function of the content.
 """
@@ -128,12 +129,47 @@ def message_from_dict(raw: Mapping[str, Any]) -> Message:
         raise ArchiveError(f"archived message is malformed: {exc}") from exc
 
 
+def _check_json(value: object, path: str) -> None:
+    """Raise unless ``value`` reads back from JSON as itself.
+
+    ``json.dumps`` turns int keys into strings and tuples into lists, which a
+    store that keeps the objects (memory) would not: every store would then
+    return something else, and ``{1: 'a'}`` would share a reference with
+    ``{'1': 'a'}``. So those are refused, like any value JSON cannot hold.
+    """
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_json(item, f"{path}[{index}]")
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ArchiveError(
+                    f"cannot archive a message whose metadata is not JSON: the "
+                    f"{type(key).__name__} key {key!r} at {path} would come back as a str "
+                    "from some stores; use str keys"
+                )
+            _check_json(item, f"{path}[{key!r}]")
+        return
+    fix = "use a list" if isinstance(value, tuple) else "keep metadata to JSON values"
+    raise ArchiveError(
+        f"cannot archive a message whose metadata is not JSON: a {type(value).__name__} at "
+        f"{path} would not come back as itself; {fix}, or run the engine without an archive"
+    )
+
+
 def encode_messages(messages: Sequence[Message]) -> str:
     """The canonical JSON text of ``messages``.
 
     Raises:
-        ArchiveError: a message's metadata holds a value JSON cannot represent.
+        ArchiveError: a message's metadata holds a value JSON cannot represent
+            as itself (a non-str key, a tuple, a set, an object).
     """
+    for message in messages:
+        if message.metadata:
+            _check_json(dict(message.metadata), "metadata")
     document = {"schema": _SCHEMA, "messages": [message_to_dict(m) for m in messages]}
     try:
         return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from context_engine.archive.base import ArchiveRecord, check_session_id
+from context_engine.archive.base import ArchiveRecord, check_session_id, expiry_cutoff
 from context_engine.archive.codec import encode_messages
 from context_engine.errors import ArchiveError
 
@@ -60,6 +60,26 @@ class MemoryArchive:
     async def sessions(self) -> list[str]:
         """The session ids with at least one record, sorted."""
         return sorted(session for session, stored in self._records.items() if stored)
+
+    async def refresh(self, session_id: str) -> None:
+        """Nothing to refresh: records live as long as the process."""
+
+    async def delete_session(self, session_id: str) -> int:
+        """Delete every record of ``session_id``; return how many there were."""
+        return len(self._records.pop(session_id, {}))
+
+    async def expire(self, max_age_seconds: float) -> int:
+        """Delete the records stored more than ``max_age_seconds`` ago; return how many."""
+        cutoff = expiry_cutoff(max_age_seconds, time.time())
+        deleted = 0
+        for session_id, stored in list(self._records.items()):
+            old = [ref for ref, record in stored.items() if 0 < record.created_at < cutoff]
+            for reference in old:
+                del stored[reference]
+            deleted += len(old)
+            if not stored:
+                del self._records[session_id]
+        return deleted
 
     async def get_state(self, key: str) -> str | None:
         """A shared state value, or None."""

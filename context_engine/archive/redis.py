@@ -12,10 +12,13 @@ A `put` is one Lua script, which Redis runs atomically: every record is added
 with ``HSETNX`` (a reference already stored keeps its first body and time),
 and only a new one is appended to the order and the tool index. A client that
 dies while sending the script leaves nothing behind: Redis runs a command only
-once it has all of it. With a TTL, each write sets the session's keys to expire
-that many seconds after it. The script touches keys of several sessions'
-namespaces, so the archive needs one Redis server (replicas are fine), not a
-Redis Cluster.
+once it has all of it. With a TTL, the session's keys expire that many seconds
+after the session was last used: every write, every read and every engine call
+(`refresh`, at most once per tenth of the TTL) restarts it. Redis keeps data in
+memory: the archive checks at first use that the server persists it and does
+not evict it (`check_durability`) and logs a warning otherwise. The scripts
+touch keys of several sessions' namespaces, so the archive needs one Redis
+server (replicas are fine), not a Redis Cluster.
 
 ``redis`` (redis-py, the ``context-engine[redis]`` extra) is imported when the
 archive is built, never by importing this package.
@@ -23,6 +26,7 @@ archive is built, never by importing this package.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 import urllib.parse
@@ -30,41 +34,24 @@ from collections.abc import Sequence
 from typing import Any
 
 from context_engine._validate import check_number
-from context_engine.archive.base import ArchiveRecord, check_session_id
+from context_engine.archive._redis_health import durability_problems, read_durability_config
+from context_engine.archive._redis_scripts import FORGET, PUT, REFRESH
+from context_engine.archive.base import ArchiveRecord, check_session_id, expiry_cutoff
 from context_engine.archive.codec import decode_messages, encode_messages
 from context_engine.errors import ArchiveError, ConfigurationError
 
 __all__ = ["RedisArchive", "safe_url"]
 
+logger = logging.getLogger(__name__)
+
 _MAX_CONNECTIONS = 50
 """Connections a URL-built archive opens at most; more concurrent calls wait for one."""
 _POOL_TIMEOUT = 20.0
 """Seconds a call waits for a free connection before it fails."""
-
-_PUT = """
-local ttl = tonumber(ARGV[1])
-local count = tonumber(ARGV[4])
-local i = 5
-for _ = 1, count do
-    local reference, envelope, tools = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
-    if redis.call('HSETNX', KEYS[1], reference, envelope) == 1 then
-        redis.call('RPUSH', KEYS[2], reference)
-        for t = 1, tools do
-            redis.call('HSET', KEYS[3], ARGV[i + 2 + t], reference)
-        end
-    end
-    i = i + 3 + tools
-end
-if ttl > 0 then
-    for k = 1, 3 do
-        if redis.call('EXISTS', KEYS[k]) == 1 then
-            redis.call('EXPIRE', KEYS[k], ttl)
-        end
-    end
-end
-redis.call('ZADD', KEYS[4], ARGV[3], ARGV[2])
-return count
-"""
+_REFRESH_SHARE = 0.1
+"""A session's TTL is refreshed at most once per this share of it (per archive object)."""
+_REFRESHED_MAX = 10_000
+"""Sessions whose last refresh is remembered; past it the memory starts over."""
 
 
 def _import_redis() -> Any:
@@ -129,6 +116,15 @@ def _record(reference: str, raw: bytes | str) -> ArchiveRecord:
         raise ArchiveError(f"record {reference!r} is malformed: {exc}") from exc
 
 
+def _created_at(envelope: bytes | str) -> float:
+    """The time in a record's ``KIND CREATED_AT`` line (0.0, kept, when unreadable)."""
+    header = _text(envelope).partition("\n")[0]
+    try:
+        return float(header.split(" ")[1])
+    except (IndexError, ValueError):
+        return 0.0
+
+
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
@@ -145,8 +141,9 @@ class RedisArchive:
             for a free one instead of failing.
         prefix: The first part of every key, so several applications can
             share one server.
-        ttl: Seconds the keys of a session live after its last write (None:
-            forever). Shared state never expires.
+        ttl: Seconds the keys of a session live after the session was last
+            used: a write, a read, or an engine call (`refresh`); None keeps them
+            for ever. Shared state never expires.
 
     Raises:
         ImportError: redis-py is not installed (the ``redis`` extra).
@@ -176,7 +173,11 @@ class RedisArchive:
         from redis.exceptions import RedisError
 
         self._errors: tuple[type[BaseException], ...] = (RedisError, OSError)
-        self._put_script = self._client.register_script(_PUT)
+        self._put_script = self._client.register_script(PUT)
+        self._refresh_script = self._client.register_script(REFRESH)
+        self._forget_script = self._client.register_script(FORGET)
+        self._refreshed: dict[str, float] = {}
+        self._checked = False
 
     def __repr__(self) -> str:
         return f"RedisArchive({self.where!r}, prefix={self.prefix!r})"
@@ -211,20 +212,104 @@ class RedisArchive:
         for record, body in zip(records, bodies, strict=True):
             tools = record.tool_call_ids if record.kind == "tool_result" else ()
             args.extend((record.reference, _envelope(record, body, now), len(tools), *tools))
+        await self._call(self._put_script(keys=self._keys(session_id), args=args))
+        self._refreshed[session_id] = time.monotonic()
+
+    def _keys(self, session_id: str) -> list[str]:
+        """The ``KEYS`` of every script (see `context_engine.archive._redis_scripts`)."""
         keys = [self._key(session_id, part) for part in ("records", "order", "tools")]
-        keys.append(f"{self.prefix}:sessions")
-        await self._call(self._put_script(keys=keys, args=args))
+        return [*keys, f"{self.prefix}:sessions"]
 
     async def _call(self, awaitable: Any) -> Any:
+        if not self._checked:
+            self._checked = True
+            await self._warn_if_not_durable()
         try:
             return await awaitable
         except self._errors as exc:
             raise self._fail(exc) from exc
 
+    async def check_durability(self) -> list[str]:
+        """What in the server's settings can lose records without an error; empty when none.
+
+        No persistence (a restart loses everything) and an evicting
+        ``maxmemory-policy`` with a memory limit (a full server deletes records)
+        are reported. Checked, with a warning logged per problem, when the
+        archive is first used. A server refusing ``CONFIG GET`` (managed
+        services) reports nothing.
+        """
+        from redis.exceptions import ResponseError
+
+        try:
+            config = await read_durability_config(self._client)
+        except ResponseError:
+            return []
+        except self._errors as exc:
+            raise self._fail(exc) from exc
+        return durability_problems(config) if config is not None else []
+
+    async def _warn_if_not_durable(self) -> None:
+        try:
+            problems = await self.check_durability()
+        except ArchiveError as exc:
+            logger.debug("redis=<%s> | durability check skipped: %s", self.where, exc)
+            return
+        for problem in problems:
+            logger.warning("redis=<%s> | archive records may be lost: %s", self.where, problem)
+
+    async def refresh(self, session_id: str) -> None:
+        """Restart the session's time to live (no-op without one).
+
+        The engine calls it on every call and every read calls it, so the TTL
+        is the session's idle time. A refresh within a tenth of the TTL of the
+        last one this object made is skipped: no round trip per call.
+        """
+        if self.ttl is None:
+            return
+        now = time.monotonic()
+        last = self._refreshed.get(session_id)
+        if last is not None and now - last < self.ttl * _REFRESH_SHARE:
+            return
+        if len(self._refreshed) >= _REFRESHED_MAX:
+            self._refreshed.clear()
+        args = [self.ttl, session_id, repr(time.time() + self.ttl)]
+        await self._call(self._refresh_script(keys=self._keys(session_id), args=args))
+        self._refreshed[session_id] = now
+
+    async def delete_session(self, session_id: str) -> int:
+        """Delete every record of ``session_id`` in one script; return how many there were."""
+        self._refreshed.pop(session_id, None)
+        deleted = await self._call(
+            self._forget_script(keys=self._keys(session_id), args=[session_id])
+        )
+        return int(deleted)
+
+    async def expire(self, max_age_seconds: float) -> int:
+        """Delete the records stored more than ``max_age_seconds`` ago; return how many.
+
+        Each session's old records go in one script; the sessions one by one.
+        """
+        cutoff = expiry_cutoff(max_age_seconds, time.time())
+        deleted = 0
+        for session_id in await self.sessions():
+            raw = await self._call(self._client.hgetall(self._key(session_id, "records")))
+            old = [
+                _text(reference)
+                for reference, envelope in raw.items()
+                if 0 < _created_at(envelope) < cutoff
+            ]
+            if old:
+                script = self._forget_script(keys=self._keys(session_id), args=[session_id, *old])
+                deleted += int(await self._call(script))
+        return deleted
+
     async def get(self, session_id: str, reference: str) -> ArchiveRecord | None:
-        """The record ``reference`` names in ``session_id``, or None."""
+        """The record ``reference`` names in ``session_id``, or None; refreshes the TTL."""
         raw = await self._call(self._client.hget(self._key(session_id, "records"), reference))
-        return self._decode(reference, raw) if raw is not None else None
+        if raw is None:
+            return None
+        await self.refresh(session_id)
+        return self._decode(reference, raw)
 
     def _decode(self, reference: str, raw: bytes | str) -> ArchiveRecord:
         try:
@@ -233,14 +318,14 @@ class RedisArchive:
             raise self._fail(exc) from exc
 
     async def find_tool_result(self, session_id: str, tool_call_id: str) -> ArchiveRecord | None:
-        """The newest ``tool_result`` record of the call ``tool_call_id``, or None."""
+        """The newest ``tool_result`` record of ``tool_call_id``, or None; refreshes the TTL."""
         reference = await self._call(
             self._client.hget(self._key(session_id, "tools"), tool_call_id)
         )
         return await self.get(session_id, _text(reference)) if reference is not None else None
 
     async def records(self, session_id: str) -> list[ArchiveRecord]:
-        """Every record of ``session_id``, oldest first."""
+        """Every record of ``session_id``, oldest first; refreshes the TTL."""
         order = [
             _text(r)
             for r in await self._call(self._client.lrange(self._key(session_id, "order"), 0, -1))
@@ -248,6 +333,7 @@ class RedisArchive:
         if not order:
             return []
         bodies = await self._call(self._client.hmget(self._key(session_id, "records"), order))
+        await self.refresh(session_id)
         return [
             self._decode(reference, raw)
             for reference, raw in zip(order, bodies, strict=True)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from context_engine._validate import check_number
-from context_engine.archive.base import ArchiveRecord, check_session_id
+from context_engine.archive.base import ArchiveRecord, check_session_id, expiry_cutoff
 from context_engine.archive.codec import decode_messages, encode_messages
 from context_engine.errors import ArchiveError
 
@@ -287,6 +287,22 @@ class SQLiteArchive:
 
         return await self._run(read)
 
+    async def refresh(self, session_id: str) -> None:
+        """Nothing to refresh: records stay until deleted or expired."""
+
+    async def delete_session(self, session_id: str) -> int:
+        """Delete every record of ``session_id`` in one transaction; return how many."""
+        return await self._run(
+            lambda connection: _forget(connection, "session_id = ?", (session_id,))
+        )
+
+    async def expire(self, max_age_seconds: float) -> int:
+        """Delete the records stored more than ``max_age_seconds`` ago; return how many."""
+        cutoff = expiry_cutoff(max_age_seconds, time.time())
+        return await self._run(
+            lambda connection: _forget(connection, "created_at > 0 AND created_at < ?", (cutoff,))
+        )
+
     async def get_state(self, key: str) -> str | None:
         """A shared state value, or None."""
 
@@ -347,6 +363,15 @@ def _insert(
         "INSERT OR IGNORE INTO tool_results VALUES (?, ?, ?)",
         [(session_id, tool_call_id, seq) for tool_call_id in record.tool_call_ids],
     )
+
+
+def _forget(connection: sqlite3.Connection, where: str, args: tuple[Any, ...]) -> int:
+    """Delete the records ``where`` selects and their tool-call index rows, atomically."""
+    with _transaction(connection):
+        connection.execute(
+            f"DELETE FROM tool_results WHERE seq IN (SELECT seq FROM records WHERE {where})", args
+        )
+        return connection.execute(f"DELETE FROM records WHERE {where}", args).rowcount
 
 
 def _increment(connection: sqlite3.Connection, key: str) -> int:

@@ -6,6 +6,15 @@ tools, and answer its calls with ``await tool(arguments)``. The answer is the
 original text: a cleared tool result comes back as it was, a range of
 messages as labelled lines. Long originals come in pages of ``page_chars``
 characters so a recall cannot flood the window it was removed to protect.
+
+The model may also pass the id of a tool call whose result was cleared, as an
+agent reads ``tool-results/{id}.txt``: the newest archived result of that call
+comes back.
+
+What the model sends is untrusted: arguments of any shape get a sentence back,
+a reference longer than `MAX_REFERENCE_CHARS` is refused without being echoed,
+logs quote it escaped (no forged log lines), and no answer names the store's
+path or host.
 """
 
 from __future__ import annotations
@@ -18,7 +27,9 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from context_engine._aio import run_blocking
+from context_engine._originals import recall_tool_result
 from context_engine._validate import int_at_least, is_int
+from context_engine.archive.reference import REFERENCE_PATTERN
 from context_engine.errors import ArchiveError, ConfigurationError, RecallError
 from context_engine.messages import Message, TextBlock
 from context_engine.summarize.serialize import serialize_message
@@ -26,17 +37,22 @@ from context_engine.summarize.serialize import serialize_message
 if TYPE_CHECKING:
     from context_engine.engine import ContextEngine
 
-__all__ = ["RECALL_TOOL_NAME", "RecallTool"]
+__all__ = ["MAX_REFERENCE_CHARS", "RECALL_TOOL_NAME", "RecallTool"]
 
 logger = logging.getLogger(__name__)
 
 RECALL_TOOL_NAME = "recall_context"
 """The tool name placeholders and markers tell the agent to call."""
 
+MAX_REFERENCE_CHARS = 128
+"""Longest reference the tool accepts: an ``arc-`` reference is 24 characters and
+provider tool-call ids stay well under this."""
+
 _DESCRIPTION = (
     "Fetch content that was removed from this conversation to save context space. "
     "Cleared tool outputs, trimmed texts, truncation notes and context summaries name "
     "a reference such as arc-0123456789abcdef0123; pass it here to read the original. "
+    "The id of a tool call whose output was cleared works too. "
     "Long originals come in pages: call again with the offset the answer gives."
 )
 
@@ -47,7 +63,9 @@ def _parameters() -> dict[str, Any]:
         "properties": {
             "reference": {
                 "type": "string",
-                "description": "The arc-… reference named in the conversation.",
+                "maxLength": MAX_REFERENCE_CHARS,
+                "description": "The arc-… reference named in the conversation, or the id "
+                "of a tool call whose output was cleared.",
             },
             "offset": {
                 "type": "integer",
@@ -119,16 +137,26 @@ class RecallTool:
             return parsed
         reference, offset = parsed
         try:
-            originals = await self.engine.recall(reference)
+            originals = await self._lookup(reference)
         except RecallError:
             return (
                 f"No archived content for {reference!r} in this conversation. Use a "
                 "reference exactly as it appears in the conversation."
             )
         except ArchiveError as exc:
-            logger.warning("reference=<%s> | recall failed: %s", reference, exc)
-            return f"The archive is unavailable right now ({exc}); try again later."
+            # %r: the reference is the model's text, and a newline in it must not forge a
+            # log line. The store's path or host is for the operator, not the model.
+            logger.warning("reference=<%r> | recall failed: %s", reference, exc)
+            return "The archive is unavailable right now; try again later."
         return self._page(render_originals(originals), offset)
+
+    async def _lookup(self, reference: str) -> tuple[Message, ...]:
+        if REFERENCE_PATTERN.fullmatch(reference):
+            return await self.engine.recall(reference)
+        archive, session_id = self.engine.archive, self.engine.session_id
+        assert archive is not None  # checked at construction
+        assert session_id is not None
+        return await recall_tool_result(archive, session_id, reference)
 
     def call_sync(self, arguments: str | Mapping[str, Any]) -> str:
         """Blocking twin of calling the tool; raises inside a running event loop."""
@@ -148,12 +176,12 @@ class RecallTool:
         )
 
 
-def _parse(arguments: str | Mapping[str, Any]) -> tuple[str, int] | str:
+def _parse(arguments: object) -> tuple[str, int] | str:
     """``(reference, offset)`` from the model's arguments, or a sentence naming the problem."""
-    if isinstance(arguments, str):
+    if isinstance(arguments, (str, bytes)):
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: "[[[[…" nested too deep
             return 'The arguments must be JSON like {"reference": "arc-…"}.'
     if not isinstance(arguments, Mapping):
         return 'The arguments must be an object like {"reference": "arc-…"}.'
@@ -161,6 +189,13 @@ def _parse(arguments: str | Mapping[str, Any]) -> tuple[str, int] | str:
     offset = arguments.get("offset", 0)
     if not isinstance(reference, str) or not reference.strip():
         return 'Pass the reference to recall, like {"reference": "arc-…"}.'
+    reference = reference.strip()
+    if len(reference) > MAX_REFERENCE_CHARS:
+        return (
+            f"That reference is {len(reference):,} characters long; a reference is arc- and "
+            f"20 hex digits (a tool-call id at most {MAX_REFERENCE_CHARS} characters), "
+            "exactly as the conversation names it."
+        )
     if not is_int(offset) or offset < 0:
         return "offset must be a whole number of characters, 0 or more."
-    return reference.strip(), offset
+    return reference, offset

@@ -1,11 +1,15 @@
-"""``context-engine archive list|show|export``: what the engine archived, for the operator.
+"""``context-engine archive list|show|export|delete|expire``: the archive, for the operator.
 
 Each command opens the store named by ``--archive URL`` (default: the
 ``CONTEXT_ENGINE_ARCHIVE`` environment variable), reads, and closes it. Exports
 are JSON Lines, one record per line, with the messages in the archive's own
 lossless form (``--format archive``, the default: `message_to_dict`, so
 checkpoint references, thinking signatures and metadata survive) or as OpenAI
-Chat Completions dicts (``--format openai``, for other tools).
+Chat Completions dicts (``--format openai``, for other tools). ``show`` takes a
+reference or the id of a tool call whose result was archived. ``delete SESSION``
+removes a session's records and ``expire --older-than AGE`` those of every
+session stored longer ago than ``AGE`` (a retention job); like ``rm``, neither
+asks for confirmation.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import datetime as dt
 import json
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,6 +31,8 @@ from context_engine.archive import Archive, ArchiveRecord, open_archive
 from context_engine.archive.codec import message_to_dict
 from context_engine.archive.open import SQLITE_SUFFIXES
 from context_engine.archive.redis import safe_url
+from context_engine.archive.reference import REFERENCE_PATTERN
+from context_engine.cli._age import parse_age
 from context_engine.cli._common import EXIT_OK, EXIT_PROBLEM, CliError
 from context_engine.cli._inspect import preview
 from context_engine.cli._output import Output, Table, emit_json
@@ -50,7 +57,7 @@ ARCHIVE_ENV = "CONTEXT_ENGINE_ARCHIVE"
 _EPILOG = f"""\
 exit codes:
   0  ok
-  1  the session has no records, or the reference is not in it
+  1  the session has no records, or the reference (or tool call) is not in it
   2  bad usage, or the archive cannot be opened or read
 
 URLs: memory:, sqlite:PATH (or a path ending in .db, .sqlite, .sqlite3),
@@ -190,6 +197,12 @@ def jsonl_line(data: Any) -> str:
     return text + "\n"
 
 
+def _no_records(session: str, url: str, out: Output) -> int:
+    """Say that ``session`` has no records in the archive at ``url``; the exit code of that."""
+    out.error(f"session {session!r} has no records in {safe_url(url)}")
+    return EXIT_PROBLEM
+
+
 # -- list ------------------------------------------------------------------------------------
 
 
@@ -211,8 +224,7 @@ def _run_list(args: argparse.Namespace, out: Output) -> int:
         emit_json([_summary(r) for r in records], args.json, out)
     out.table(_records_table(args.session, records))
     if not records:
-        out.error(f"session {args.session!r} has no records in {safe_url(url)}")
-        return EXIT_PROBLEM
+        return _no_records(args.session, url, out)
     return EXIT_OK
 
 
@@ -253,7 +265,11 @@ def _records_table(session: str, records: list[ArchiveRecord]) -> Table:
 
 def _run_show(args: argparse.Namespace, out: Output) -> int:
     url = archive_url(args.archive)
-    record = _with_archive(url, lambda archive: archive.get(args.session, args.reference))
+    wanted: str = args.reference
+    if REFERENCE_PATTERN.fullmatch(wanted):
+        record = _with_archive(url, lambda archive: archive.get(args.session, wanted))
+    else:  # the id of a tool call: its newest archived result
+        record = _with_archive(url, lambda archive: archive.find_tool_result(args.session, wanted))
     if record is None:
         out.error(
             f"reference {args.reference!r} is not in the archive of session {args.session!r} "
@@ -310,8 +326,7 @@ def _run_export(args: argparse.Namespace, out: Output) -> int:
     url = archive_url(args.archive)
     records = _with_archive(url, lambda archive: archive.records(args.session))
     if not records:
-        out.error(f"session {args.session!r} has no records in {safe_url(url)}")
-        return EXIT_PROBLEM
+        return _no_records(args.session, url, out)
     try:
         with _target(args.output, out.stdout) as stream:
             for record in records:
@@ -335,6 +350,30 @@ def _target(path: str | None, stdout: TextIO) -> Iterator[TextIO]:
             yield stream
     except OSError as exc:
         raise CliError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+# -- delete, expire --------------------------------------------------------------------------
+
+
+def _run_delete(args: argparse.Namespace, out: Output) -> int:
+    url = archive_url(args.archive)
+    deleted = _with_archive(url, lambda archive: archive.delete_session(args.session))
+    if not deleted:
+        return _no_records(args.session, url, out)
+    out.line(f"deleted {deleted} records of session {args.session} from {safe_url(url)}")
+    return EXIT_OK
+
+
+def _run_expire(args: argparse.Namespace, out: Output) -> int:
+    url = archive_url(args.archive)
+    age = parse_age(args.older_than)
+    cutoff = stored_at(time.time() - age)
+    deleted = _with_archive(url, lambda archive: archive.expire(age))
+    out.line(
+        f"deleted {deleted} records stored before {cutoff} (older than {args.older_than}) "
+        f"from {safe_url(url)}"
+    )
+    return EXIT_OK
 
 
 # -- parser ----------------------------------------------------------------------------------
@@ -387,10 +426,10 @@ def _sub(
 
 
 def add_archive(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register ``archive`` and its ``list``, ``show`` and ``export`` subcommands."""
+    """Register ``archive`` and its ``list``, ``show``, ``export``, ``delete``, ``expire``."""
     parser = commands.add_parser(
         "archive",
-        help="read what the engine archived: list, show and export records of a session",
+        help="read what the engine archived (list, show, export) and clean up (delete, expire)",
         description="Read the originals the engine archived (cleared tool results, trimmed "
         "text, ranges replaced by checkpoints) from a SQLite file or a Redis server.",
         epilog=_EPILOG,
@@ -404,7 +443,11 @@ def add_archive(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     listing.set_defaults(handler=_run_list)
     show = _sub(actions, "show", "show the messages archived under REFERENCE in SESSION")
     show.add_argument("session", metavar="SESSION", help="the session id")
-    show.add_argument("reference", metavar="REFERENCE", help="the reference (arc-...)")
+    show.add_argument(
+        "reference",
+        metavar="REFERENCE",
+        help="the reference (arc-...), or a tool-call id for its newest archived result",
+    )
     _json(show, "the record")
     _format(show)
     show.set_defaults(handler=_run_show)
@@ -415,3 +458,15 @@ def add_archive(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     _format(export)
     export.set_defaults(handler=_run_export)
+    delete = _sub(actions, "delete", "delete every record of SESSION")
+    delete.add_argument("session", metavar="SESSION", help="the session id")
+    delete.set_defaults(handler=_run_delete)
+    expire = _sub(actions, "expire", "delete the records of every session older than an age")
+    expire.add_argument(
+        "--older-than",
+        metavar="AGE",
+        required=True,
+        help="records stored longer ago than this go: 3600, 90s, 15m, 12h, 7d, 2w; "
+        "records of unknown time (migrated from an old file) stay",
+    )
+    expire.set_defaults(handler=_run_expire)

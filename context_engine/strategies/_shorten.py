@@ -192,5 +192,8 @@ def _shorten(
     budget: Budget,
     count: Callable[[Message], int],
 ) -> _Step:
-    shorter = noted_copy(make(), Removal(kind, (original,)).reference, budget)
+    # The reference is only named when archiving: a message the codec refuses (metadata
+    # that is not JSON) has none, and must not keep view-only shortening from working.
+    reference = Removal(kind, (original,)).reference if budget.archiving else ""
+    shorter = noted_copy(make(), reference, budget)
     return _Step(shorter, count(original) - count(shorter))

@@ -419,7 +419,8 @@ def _assemble(cut: _Cut, dropped: set[int], trimmed: Message | None) -> _Assembl
     removed: list[Removal] = [Removal("messages", gone)] if gone else []
     kept: list[Message] = list(view[: cut.slot])
     if gone:
-        kept.append(cut.marker(cut.prior + len(gone), removed[0].reference))
+        reference = removed[0].reference if cut.archiving else ""  # none without archiving
+        kept.append(cut.marker(cut.prior + len(gone), reference))
     else:
         kept.extend(view[cut.slot : cut.start])
     for index in range(cut.start, len(view)):

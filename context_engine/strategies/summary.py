@@ -277,6 +277,8 @@ class FullSummary:
             SummarizerError: the summarizer failed, or its window cannot hold a chunk.
         """
         history, prefix = strip_images(history), strip_images(prefix)
+        if self.redactor is not None and instructions is not None:
+            instructions = self.redactor.redact(instructions)  # they reach the summarizer too
         call = self._summary_call(budget, instructions)
         text = await self._write(call, history, prefix, previous)
         references = (removal.reference,) if budget.archiving else ()
@@ -336,11 +338,17 @@ class FullSummary:
         activity = track_files(compacted, self.file_tools)
         if isinstance(previous, ContextSummary):
             activity = merge(previous.read_files, previous.modified_files, activity)
+        read, modified = activity.read, activity.modified
+        if self.redactor is not None:
+            # Paths come from the unredacted history (a URL with its password, a token in
+            # a file name); the checkpoint is condensed by the summarizer and archived.
+            read = tuple(dict.fromkeys(self.redactor.redact_all(read)))
+            modified = tuple(dict.fromkeys(self.redactor.redact_all(modified)))
         checkpoint = ContextSummary(
             summary=text,
             tokens_before=budget.tokens,
-            read_files=activity.read,
-            modified_files=activity.modified,
+            read_files=read,
+            modified_files=modified,
             references=references,
         )
         # With an archive the previous checkpoint, metadata included, is recallable

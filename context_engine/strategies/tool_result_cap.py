@@ -31,6 +31,7 @@ from typing import ClassVar
 
 import attrs
 
+from context_engine._validate import share
 from context_engine.errors import ConfigurationError, InvalidMessageError
 from context_engine.messages import Block, Message, TextBlock
 from context_engine.strategies._preview import preview
@@ -59,11 +60,7 @@ _NOTE = reference_note("arc-" + "0" * 20)
 _ROUNDS = 8
 
 
-def _share(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value <= 1:
-        raise ConfigurationError(
-            f"{type(instance).__name__}.{attribute.name} must be a share in (0, 1], got {value!r}"
-        )
+_share = share(exclusive_minimum=True, fix="it is a share of the threshold, 1.0 for all of it")
 
 
 def _positive_tokens(instance: object, attribute: attrs.Attribute[int], value: int) -> None:

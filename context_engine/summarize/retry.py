@@ -6,7 +6,8 @@ One call of a model-backed summarizer goes through `summarize_with_retries`:
   retried with exponential backoff and jitter. A ``Retry-After`` (or
   ``retry-after-ms``) header is honoured: the wait is the longer of the backoff
   and the server's delay, capped by `RetryPolicy.max_wait`. Attempts and the
-  total time spent are bounded; no new attempt starts after the deadline.
+  total time spent are bounded; no new attempt starts after the deadline, and
+  a server delay that would end past it surfaces at once.
 * When the summarizer's own model says the prompt is too long, the oldest fifth
   of the turns of ``request.messages`` is dropped and the prompt is rebuilt,
   a bounded number of times.
@@ -176,14 +177,28 @@ class _WaitBackoffOrRetryAfter(tenacity.wait.wait_base):
 
 
 class _StopAtDeadline(tenacity.stop.stop_base):
-    """Stop when the next attempt would start after the deadline."""
+    """Stop when the next attempt would start after the deadline.
+
+    A server's ``Retry-After`` counts in full here, though the wait itself is
+    capped by `RetryPolicy.max_wait`: a delay the deadline cannot honour ends
+    the retries (``server_delay`` keeps it for the error message) instead of
+    being shortened into an attempt the server said it would refuse.
+    """
 
     def __init__(self, deadline: float) -> None:
         self._deadline = deadline
+        self.server_delay: float | None = None
 
     def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
         upcoming = float(getattr(retry_state, "upcoming_sleep", 0.0) or 0.0)
-        return time.monotonic() + upcoming >= self._deadline
+        outcome = retry_state.outcome
+        error = outcome.exception() if outcome is not None and outcome.failed else None
+        server = retry_after_seconds(error) if error is not None else None
+        now = time.monotonic()
+        if server is not None and now + server >= self._deadline:
+            self.server_delay = server
+            return True
+        return now + upcoming >= self._deadline
 
 
 def _log_retry(provider: str) -> Callable[[tenacity.RetryCallState], None]:
@@ -289,8 +304,9 @@ async def summarize_with_retries(
             attempts += 1
             return await send(req)
 
+        at_deadline = _StopAtDeadline(deadline)
         retrying = tenacity.AsyncRetrying(
-            stop=tenacity.stop_after_attempt(policy.max_attempts) | _StopAtDeadline(deadline),
+            stop=tenacity.stop_after_attempt(policy.max_attempts) | at_deadline,
             wait=_WaitBackoffOrRetryAfter(policy),
             retry=tenacity.retry_if_exception(lambda exc: is_transient(exc, transient)),
             sleep=policy.sleep,
@@ -303,7 +319,10 @@ async def summarize_with_retries(
             raise
         except Exception as exc:
             if not is_context_overflow(exc):
-                raise SummarizerError(_failure_message(provider, model, exc, attempts)) from exc
+                message = _failure_message(provider, model, exc, attempts)
+                if at_deadline.server_delay is not None:
+                    message += _past_deadline(at_deadline.server_delay, policy)
+                raise SummarizerError(message) from exc
             fewer = _shrink(current, exc, shrunk, provider=provider, model=model, policy=policy)
             current = _rebuild(request, fewer, rebuild)
             continue
@@ -373,6 +392,13 @@ def _failure_message(provider: str, model: str, exc: BaseException, attempts: in
         advice = "see the chained exception"
     tries = f" after {attempts} attempts" if attempts > 1 else ""
     return f"{provider} summarizer ({model}) failed{tries}: {what}; {advice}"
+
+
+def _past_deadline(server_delay: float, policy: RetryPolicy) -> str:
+    return (
+        f" (the server asked to retry after {server_delay:g} s, past the "
+        f"{policy.max_delay:g} s RetryPolicy.max_delay; raise it to wait that long)"
+    )
 
 
 def _provider_message(exc: BaseException) -> str:

@@ -28,6 +28,7 @@ from context_engine.summarize.request import (
     SummaryRequest,
     parse_summary_text,
 )
+from context_engine.summarize.scrub import request_sources, scrub_quotes
 from context_engine.summarize.serialize import IMAGE_PLACEHOLDER, serialize_message
 from context_engine.telemetry import current_telemetry
 from context_engine.tokens import TokenCounter
@@ -56,23 +57,34 @@ async def call_summarizer(
         "context_engine.summary.messages": len(request.messages),
     }
     with telemetry.summarizer_call(summarizer, attributes):
-        awaited = None
         try:
-            answer: object = summarizer(request)
-            if inspect.isawaitable(answer):
-                awaited = _carry_own_timeout(answer)
-                answer = await (asyncio.wait_for(awaited, timeout) if timeout else awaited)
-        except SummarizerError:
-            raise
-        except _OwnTimeout as own:
-            raise _failed(own.error) from own.error
-        except asyncio.TimeoutError as exc:
-            if awaited is None:  # a plain summarizer's own timeout (a socket's, say)
-                raise _failed(exc) from exc
-            raise SummarizerError(f"summarizer did not answer within {timeout} s") from exc
-        except Exception as exc:
+            return await _answer(summarizer, request, timeout)
+        except SummarizerError as exc:
+            # Its text goes to steps, logs and spans: no quote of the conversation in it.
+            scrubbed = scrub_quotes(str(exc), request_sources(request))
+            if scrubbed == str(exc):
+                raise
+            raise SummarizerError(scrubbed) from exc
+
+
+async def _answer(summarizer: Summarizer, request: SummaryRequest, timeout: float | None) -> str:
+    awaited = None
+    try:
+        answer: object = summarizer(request)
+        if inspect.isawaitable(answer):
+            awaited = _carry_own_timeout(answer)
+            answer = await (asyncio.wait_for(awaited, timeout) if timeout else awaited)
+    except SummarizerError:
+        raise
+    except _OwnTimeout as own:
+        raise _failed(own.error) from own.error
+    except asyncio.TimeoutError as exc:
+        if awaited is None:  # a plain summarizer's own timeout (a socket's, say)
             raise _failed(exc) from exc
-        return parse_summary_text(answer)
+        raise SummarizerError(f"summarizer did not answer within {timeout} s") from exc
+    except Exception as exc:
+        raise _failed(exc) from exc
+    return parse_summary_text(answer)
 
 
 class _OwnTimeout(Exception):

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import attrs
 import pytest
 
-from context_engine.archive import ArchiveRecord, encode_messages
+from context_engine.archive import ArchiveRecord, encode_messages, reference_for
 from context_engine.errors import ArchiveError, ConfigurationError
 from context_engine.messages import ContextSummary, Message, ToolCall
 from tests.archive.conftest import StoreFactory, record, rich_messages, tool_record
@@ -111,6 +112,38 @@ async def test_a_put_with_one_unarchivable_message_stores_nothing(
 
 
 @pytest.mark.parametrize(
+    ("metadata", "problem"),
+    [
+        ({1: "a"}, "int key 1"),
+        ({"outer": {2.5: "x"}}, "float key 2.5 at metadata['outer']"),
+        ({"span": (1, 2)}, "tuple at metadata['span']"),
+        ({"deep": [{"ok": [(3,)]}]}, "tuple at metadata['deep'][0]['ok'][0]"),
+        ({"tags": {"a", "b"}}, "set at metadata['tags']"),
+    ],
+    ids=["int-key", "nested-float-key", "tuple", "nested-tuple", "set"],
+)
+async def test_metadata_json_would_change_is_refused_by_every_store(
+    make_store: StoreFactory, metadata: dict[Any, Any], problem: str
+) -> None:
+    """Memory once kept int keys and tuples that SQLite and Redis returned as str and list."""
+    store = await make_store()
+    message = Message("user", "x", metadata=metadata)
+    bad = ArchiveRecord(reference="arc-00000000000000000bad", kind="text", messages=(message,))
+    with pytest.raises(ArchiveError, match="metadata is not JSON") as caught:
+        await store.put("s", [bad])
+    assert problem in str(caught.value)
+    assert await store.records("s") == []
+
+
+def test_an_int_key_and_its_str_twin_never_share_a_reference() -> None:
+    """``{1: 'a'}`` has no reference at all rather than the one of ``{'1': 'a'}``."""
+    text_key = reference_for([Message("user", "x", metadata={"1": "a"})])
+    assert text_key.startswith("arc-")
+    with pytest.raises(ArchiveError, match="int key 1"):
+        reference_for([Message("user", "x", metadata={1: "a"})])
+
+
+@pytest.mark.parametrize(
     "session_id",
     ["", " padded", "two\nlines", 7],
     ids=["empty", "surrounding-space", "newline", "not-a-str"],
@@ -177,3 +210,60 @@ async def test_state_is_shared_text_with_an_atomic_counter(make_store: StoreFact
     await store.delete_state("never-set")
     assert await store.get_state("seed") is None
     assert await (await make_store()).get_state("failures") == "25"
+
+
+# -- housekeeping (issue 20) ------------------------------------------------------------------
+
+
+async def test_deleting_a_session_removes_its_records_and_index_only(
+    make_store: StoreFactory,
+) -> None:
+    store = await make_store()
+    await store.put("gone", [tool_record("c1", "one"), tool_record("c2", "two")])
+    kept = tool_record("c1", "other session")
+    await store.put("kept", [kept])
+    assert await store.delete_session("gone") == 2
+    assert await store.records("gone") == []
+    assert await store.find_tool_result("gone", "c1") is None
+    assert await store.sessions() == ["kept"]
+    assert await store.find_tool_result("kept", "c1") == kept
+    assert await store.delete_session("gone") == 0  # nothing left: not an error
+
+
+async def test_expire_deletes_records_older_than_the_age_in_every_session(
+    make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await make_store()
+    clock = [1_700_000_000.0]
+    monkeypatch.setattr(time, "time", lambda: clock[0])
+    old, new = tool_record("c1", "a day old"), tool_record("c2", "fresh")
+    await store.put("s", [old])
+    await store.put("only-old", [tool_record("c3", "also a day old")])
+    clock[0] += 86_400
+    await store.put("s", [new])
+    assert await store.expire(3_600) == 2
+    assert [r.reference for r in await store.records("s")] == [new.reference]
+    assert await store.find_tool_result("s", "c1") is None
+    assert await store.find_tool_result("s", "c2") == new
+    assert await store.sessions() == ["s"]
+    assert await store.expire(3_600) == 0
+
+
+@pytest.mark.parametrize("age", [float("nan"), -1, "7d"], ids=["nan", "negative", "str"])
+async def test_expire_refuses_an_age_that_is_not_seconds(
+    make_store: StoreFactory, age: Any
+) -> None:
+    store = await make_store()
+    await store.put("s", [tool_record("c1", "x")])
+    with pytest.raises(ConfigurationError, match="max_age_seconds"):
+        await store.expire(age)
+    assert len(await store.records("s")) == 1
+
+
+async def test_refresh_keeps_every_record(make_store: StoreFactory) -> None:
+    store = await make_store()
+    await store.put("s", [tool_record("c1", "x")])
+    await store.refresh("s")
+    await store.refresh("never-written")
+    assert len(await store.records("s")) == 1
+    assert await store.sessions() == ["s"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -277,6 +278,33 @@ async def test_a_dead_store_never_opens_the_breaker_and_every_view_fits() -> Non
         assert (engine.breaker_state, engine.consecutive_failures) == ("closed", 0)
 
 
+@pytest.mark.parametrize(
+    "metadata",
+    [{1: "int key"}, {"span": (1, 2)}, {"handle": object()}],
+    ids=["int-key", "tuple", "object"],
+)
+async def test_metadata_no_store_can_keep_still_gets_a_fitting_view_and_commits_nothing(
+    metadata: dict[object, object],
+) -> None:
+    """The codec refuses the originals, so the strategies run without archiving and still fit."""
+    archive = MemoryArchive()
+    engine = microcompact_engine(archive, window=4_000)
+    session = [
+        Message(m.role, m.content, tool_call_id=m.tool_call_id, name=m.name, metadata=metadata)
+        for m in agent_session(40)
+    ]
+    result = await engine.project(session)
+    assert result.usage.fits
+    assert result.commit is None
+    assert check_view(session, result.messages) == []
+    assert references_in(result.messages) == []
+    assert await archive.sessions() == []
+    assert result.event is not None
+    archive_step = next(step for step in result.event.steps if step.name == "archive")
+    assert archive_step.error is not None
+    assert "metadata is not JSON" in archive_step.error
+
+
 async def test_a_failing_strategy_keeps_the_cheaper_view_and_references_only_what_was_kept() -> (
     None
 ):
@@ -340,3 +368,40 @@ async def test_every_original_removed_from_a_replayed_corpus_transcript_is_recal
     await archive.close()
     assert rewrites > 0
     assert checked > 0
+
+
+async def test_a_store_failing_to_refresh_costs_a_warning_not_the_call(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Keeping a session's records alive is the store's business; the call goes on."""
+
+    class RefreshFails(MemoryArchive):
+        async def refresh(self, session_id: str) -> None:
+            raise OSError("connection reset")
+
+    engine = microcompact_engine(RefreshFails(), window=4_000)
+    session = agent_session(40)
+    with caplog.at_level(logging.WARNING, logger="context_engine"):
+        result = await engine.project(session)
+    assert result.usage.fits
+    assert result.commit is not None or result.changed
+    assert any("archive refresh failed" in r.getMessage() for r in caplog.records)
+
+
+async def test_the_engine_refreshes_its_session_once_a_second_at_most() -> None:
+    """Refreshing on every call keeps expiring records alive without a store call per call."""
+
+    class Counting(MemoryArchive):
+        def __init__(self) -> None:
+            super().__init__()
+            self.refreshed: list[str] = []
+
+        async def refresh(self, session_id: str) -> None:
+            self.refreshed.append(session_id)
+
+    archive = Counting()
+    engine = microcompact_engine(archive, window=100_000)
+    for _ in range(5):
+        result = await engine.project([Message.user("short")])
+        assert result.event is None  # nothing rewritten: only the refresh touches the store
+    assert archive.refreshed == ["session-a"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import multiprocessing
 import os
 import signal
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from context_engine.archive._redis_health import durability_problems
 from context_engine.archive.redis import RedisArchive, safe_url
 from context_engine.errors import ArchiveError, ConfigurationError
 from tests.archive import _workers
@@ -90,6 +92,88 @@ async def test_a_ttl_is_set_on_write_and_refreshed_by_the_next_write(
     assert time.time() + 500 < expires <= time.time() + 600
     await archive.set_state("k", "v")
     assert await redis_client.ttl(f"{redis_prefix}:state") == -1  # state never expires
+
+
+async def ttls(client: Any, prefix: str, session: str) -> list[int]:
+    return [await client.ttl(f"{prefix}:{session}:{part}") for part in ("records", "tools")]
+
+
+async def shorten_ttls(client: Any, prefix: str, session: str) -> None:
+    for part in ("records", "order", "tools"):
+        await client.expire(f"{prefix}:{session}:{part}", 5)
+
+
+@pytest.mark.parametrize(
+    "read",
+    ["get", "find_tool_result", "records"],
+)
+async def test_a_read_by_another_worker_restarts_the_ttl(
+    redis_client: Any, redis_prefix: str, read: str
+) -> None:
+    """The TTL is idle time: a session read but no longer written keeps its records."""
+    made = tool_record("c1", "x")
+    await RedisArchive(redis_client, prefix=redis_prefix, ttl=600).put("s", [made])
+    await shorten_ttls(redis_client, redis_prefix, "s")
+    reader = RedisArchive(redis_client, prefix=redis_prefix, ttl=600)
+    arguments = {"get": (made.reference,), "find_tool_result": ("c1",), "records": ()}[read]
+    assert await getattr(reader, read)("s", *arguments)
+    assert all(500 < ttl <= 600 for ttl in await ttls(redis_client, redis_prefix, "s"))
+    expires = await redis_client.zscore(f"{redis_prefix}:sessions", "s")
+    assert time.time() + 500 < expires <= time.time() + 600
+
+
+async def test_an_engine_call_that_rewrites_nothing_restarts_the_ttl(
+    redis_client: Any, redis_prefix: str
+) -> None:
+    """An active session that stopped rewriting once lost its archive after the TTL."""
+    from context_engine import ContextEngine, Message
+
+    await RedisArchive(redis_client, prefix=redis_prefix, ttl=600).put(
+        "s", [tool_record("c1", "x")]
+    )
+    await shorten_ttls(redis_client, redis_prefix, "s")
+    archive = RedisArchive(redis_client, prefix=redis_prefix, ttl=600)
+    engine = ContextEngine(100_000, archive=archive, session_id="s")
+    result = await engine.project([Message.user("a short question")])
+    assert result.event is None  # nothing was rewritten, nothing archived
+    assert all(500 < ttl <= 600 for ttl in await ttls(redis_client, redis_prefix, "s"))
+    await shorten_ttls(redis_client, redis_prefix, "s")
+    await engine.project([Message.user("a short question")])  # within a second, a tenth of TTL
+    assert all(ttl <= 5 for ttl in await ttls(redis_client, redis_prefix, "s"))  # no round trip
+
+
+def test_durability_problems_name_missing_persistence_and_eviction() -> None:
+    safe = {
+        "save": "3600 1",
+        "appendonly": "no",
+        "maxmemory": "0",
+        "maxmemory-policy": "allkeys-lru",
+    }
+    assert durability_problems(safe) == []  # snapshots on; no memory limit, so nothing evicts
+    assert durability_problems({**safe, "appendonly": "yes", "save": ""}) == []
+    (volatile,) = durability_problems({**safe, "save": ""})
+    assert "persists nothing" in volatile
+    (evicting,) = durability_problems({**safe, "maxmemory": "1073741824"})
+    assert "allkeys-lru" in evicting
+    assert "noeviction" in evicting
+    bounded = {**safe, "maxmemory": "1073741824", "maxmemory-policy": "noeviction"}
+    assert durability_problems(bounded) == []
+
+
+async def test_first_use_warns_once_when_the_server_can_lose_records(
+    redis_client: Any, redis_prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    archive = RedisArchive(redis_client, prefix=redis_prefix)
+    problems = await archive.check_durability()
+    if not problems:
+        pytest.skip("the test server persists and does not evict: nothing to warn about")
+    archive = RedisArchive(redis_client, prefix=redis_prefix)
+    with caplog.at_level(logging.WARNING, logger="context_engine"):
+        await archive.put("s", [tool_record("c1", "x")])
+        await archive.records("s")
+    warned = [r.getMessage() for r in caplog.records if "may be lost" in r.getMessage()]
+    assert len(warned) == len(problems)
+    assert all(problem in line for problem, line in zip(problems, warned, strict=True))
 
 
 async def test_without_a_ttl_nothing_expires(redis_client: Any, redis_prefix: str) -> None:

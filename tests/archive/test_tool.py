@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 
 from context_engine import ConfigurationError, ContextEngine, Message
 from context_engine.archive import ArchiveRecord, MemoryArchive
-from context_engine.archive.tool import RECALL_TOOL_NAME, RecallTool
+from context_engine.archive.tool import MAX_REFERENCE_CHARS, RECALL_TOOL_NAME, RecallTool
+from context_engine.errors import ArchiveError
 from context_engine.strategies import ToolResultMicrocompact
 from context_engine.testing import FixedTokenCounter
 from tests.archive.recall_walk import references_in
 from tests.fakes import agent_session
+
+ARC = "arc-" + "0" * 20
 
 
 def archived_engine(archive: MemoryArchive | None = None, session: str = "s1") -> ContextEngine:
@@ -129,13 +133,71 @@ async def test_a_reference_of_another_session_is_refused_by_the_tool() -> None:
     assert "No archived content" in await other({"reference": reference})
 
 
-async def test_an_unavailable_store_is_reported_to_the_model() -> None:
-    class DownArchive(MemoryArchive):
-        async def get(self, session_id: str, reference: str) -> ArchiveRecord | None:
-            raise ConnectionError("redis is down")
+class DownArchive(MemoryArchive):
+    """A store whose reads fail with an error naming its host, as the real stores' do."""
 
-    answer = await RecallTool(engine=archived_engine(DownArchive()))({"reference": "arc-x"})
+    async def get(self, session_id: str, reference: str) -> ArchiveRecord | None:
+        raise ArchiveError("redis archive redis://:***@secret-host.internal:6390/0: down")
+
+    async def find_tool_result(self, session_id: str, tool_call_id: str) -> ArchiveRecord | None:
+        raise ConnectionError("sqlite archive /srv/private/archive.db: disk gone")
+
+
+@pytest.mark.parametrize("reference", [ARC, "call_7"], ids=["reference", "tool-call-id"])
+async def test_an_unavailable_store_is_reported_without_its_path_or_host(reference: str) -> None:
+    answer = await RecallTool(engine=archived_engine(DownArchive()))({"reference": reference})
     assert "archive is unavailable" in answer
+    assert "secret-host" not in answer
+    assert "/srv/private" not in answer
+
+
+async def test_the_reference_is_logged_escaped_so_it_cannot_forge_log_lines(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    forged = "call_1\nCRITICAL context_engine: all archives wiped"
+    with caplog.at_level(logging.WARNING, logger="context_engine"):
+        await RecallTool(engine=archived_engine(DownArchive()))({"reference": forged})
+    (record,) = caplog.records
+    assert "\n" not in record.getMessage()
+    assert "all archives wiped" in record.getMessage()  # still there, escaped on one line
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    ["[" * 100_000, '{"reference": ' * 50_000, b'{"reference": "\xff"}'],
+    ids=["nested-arrays", "nested-objects", "bytes"],
+)
+async def test_arguments_that_break_the_json_parser_get_a_sentence(arguments: object) -> None:
+    """Deep nesting raises RecursionError, not ValueError; it once escaped the handler."""
+    answer = await RecallTool(engine=archived_engine())(arguments)  # type: ignore[arg-type]
+    assert "JSON" in answer or "No archived content" in answer
+
+
+async def test_a_huge_reference_is_refused_without_being_echoed() -> None:
+    huge = "arc-" + "a" * 10_000_000
+    answer = await RecallTool(engine=archived_engine())({"reference": huge})
+    assert "10,000,004 characters long" in answer
+    assert len(answer) < 300
+
+
+def test_the_schema_bounds_the_reference_length() -> None:
+    tool = RecallTool(engine=archived_engine())
+    for parameters in (
+        tool.openai_schema["function"]["parameters"],
+        tool.anthropic_schema["input_schema"],
+    ):
+        assert parameters["properties"]["reference"]["maxLength"] == MAX_REFERENCE_CHARS
+    assert len(ARC) <= MAX_REFERENCE_CHARS
+
+
+async def test_a_tool_call_id_brings_back_its_cleared_result() -> None:
+    """As an agent reads tool-results/{id}.txt, the model can name the call it remembers."""
+    engine = archived_engine()
+    _, original = await cleared_reference(engine)
+    assert original.tool_call_id
+    tool = RecallTool(engine=engine)
+    assert await tool({"reference": original.tool_call_id}) == original.text
+    assert "No archived content" in await tool({"reference": "call_never_made"})
 
 
 def test_call_sync_answers_outside_an_event_loop() -> None:

@@ -13,6 +13,7 @@ import pytest
 from context_engine.archive import SQLiteArchive, reference_for
 from context_engine.archive.codec import message_from_dict
 from context_engine.cli import main
+from context_engine.cli._age import parse_age
 from context_engine.formats.openai import from_openai
 from context_engine.formats.readers import write_transcript
 from context_engine.testing import synthetic_session
@@ -283,8 +284,15 @@ def test_replay_into_redis_then_read_back_with_the_console_script(
 
 @pytest.mark.parametrize(
     "command",
-    [["archive"], ["archive", "list"], ["archive", "show"], ["archive", "export"]],
-    ids=["archive", "list", "show", "export"],
+    [
+        ["archive"],
+        ["archive", "list"],
+        ["archive", "show"],
+        ["archive", "export"],
+        ["archive", "delete"],
+        ["archive", "expire"],
+    ],
+    ids=["archive", "list", "show", "export", "delete", "expire"],
 )
 def test_every_archive_command_has_help_with_exit_codes(
     capsys: pytest.CaptureFixture[str], command: list[str]
@@ -292,7 +300,7 @@ def test_every_archive_command_has_help_with_exit_codes(
     code, out, _ = run([*command, "--help"], capsys)
     assert code == 0
     assert out.startswith("usage: context-engine archive")
-    assert "1  the session has no records, or the reference is not in it" in out
+    assert "1  the session has no records, or the reference (or tool call) is not in it" in out
     assert "CONTEXT_ENGINE_ARCHIVE" in out
 
 
@@ -300,3 +308,69 @@ def test_archive_without_an_action_is_bad_usage(capsys: pytest.CaptureFixture[st
     code, _, err = run(["archive"], capsys)
     assert code == 2
     assert "ACTION" in err
+
+
+# -- housekeeping and tool-call lookup (issue 20) ----------------------------------------------
+
+
+def test_show_finds_a_cleared_result_by_its_tool_call_id(cli: Runner, filled: Path) -> None:
+    ran = cli("archive", "show", "s1", "c2", "--archive", filled)
+    assert ran.code == 0, ran.stderr
+    assert "tool_call_id=c2" in ran.stdout
+    assert "second" in ran.stdout
+    ran = cli("archive", "show", "s1", "c404", "--archive", filled)
+    assert ran.code == 1
+    assert "'c404' is not in the archive of session 's1'" in ran.stderr
+
+
+def test_delete_removes_one_session_and_says_how_many_records(cli: Runner, filled: Path) -> None:
+    ran = cli("archive", "delete", "s1", "--archive", filled)
+    assert ran.code == 0, ran.stderr
+    assert "deleted 3 records of session s1" in ran.stdout
+    ran = cli("archive", "list", "--sessions", "--archive", filled)
+    assert ran.stdout.split() == ["s2"]
+    ran = cli("archive", "delete", "s1", "--archive", filled)
+    assert ran.code == 1
+    assert "has no records" in ran.stderr
+
+
+def test_expire_removes_what_is_older_than_the_age(cli: Runner, filled: Path) -> None:
+    with sqlite3.connect(filled) as connection:  # s1's checkpointed range was stored 8 days ago
+        connection.execute(
+            "UPDATE records SET created_at = created_at - 8 * 86400 "
+            "WHERE session_id = 's1' AND kind = 'messages'"
+        )
+    ran = cli("archive", "expire", "--older-than", "7d", "--archive", filled)
+    assert ran.code == 0, ran.stderr
+    assert "deleted 1 records stored before" in ran.stdout
+    ran = cli("archive", "list", "s1", "--json", "--archive", filled)
+    assert [r["kind"] for r in json.loads(ran.stdout)] == ["tool_result", "tool_result"]
+    ran = cli("archive", "expire", "--older-than", "7d", "--archive", filled)
+    assert "deleted 0 records" in ran.stdout
+
+
+@pytest.mark.parametrize("age", ["soon", "-5", "7y", ""], ids=["word", "negative", "unit", "empty"])
+def test_expire_with_an_age_it_cannot_read_is_bad_usage(
+    capsys: pytest.CaptureFixture[str], filled: Path, age: str
+) -> None:
+    code, _, err = run(["archive", "expire", "--older-than", age, "--archive", str(filled)], capsys)
+    assert code == 2
+    assert "give an age like" in err
+    code, out, _ = run(["archive", "list", "--sessions", "--archive", str(filled)], capsys)
+    assert out.split() == ["s1", "s2"]  # nothing was deleted
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("3600", 3600),
+        ("90s", 90),
+        ("15m", 900),
+        ("12h", 43_200),
+        ("7d", 604_800),
+        ("2w", 1_209_600),
+        ("1.5h", 5_400),
+    ],
+)
+def test_ages_read_as_seconds(text: str, seconds: float) -> None:
+    assert parse_age(text) == seconds

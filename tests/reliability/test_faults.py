@@ -22,6 +22,7 @@ from context_engine import (
     Message,
     SummarizerError,
     SummaryRequest,
+    ToolCall,
 )
 from context_engine.formats.anthropic import from_anthropic, to_anthropic
 from context_engine.formats.openai import from_openai, to_openai
@@ -285,8 +286,11 @@ async def test_an_answer_with_the_closing_delimiter_round_trips_as_one_checkpoin
 # -- the circuit breaker -----------------------------------------------------------------
 
 
-async def test_a_summarizer_failing_every_second_call_never_opens_the_breaker() -> None:
-    """Failures are counted consecutively: each success closes the count again."""
+async def test_a_summary_failing_every_second_engine_call_never_opens_the_breaker() -> None:
+    """Failures are counted consecutively: each success closes the count again.
+
+    Here each summary is one summarizer request; see the next test for two.
+    """
     calls = 0
 
     def every_second(request: SummaryRequest) -> str:
@@ -312,6 +316,47 @@ async def test_a_summarizer_failing_every_second_call_never_opens_the_breaker() 
             outcomes.append(("committed", engine.consecutive_failures, engine.breaker_state))
     assert calls == 8
     assert outcomes == [("committed", 0, "closed"), ("failed", 1, "closed")] * 4
+
+
+def agent_turn(tag: str, steps: int = 12) -> list[Message]:
+    """One request and a long run of tool steps: the kept tail starts inside this turn."""
+    out = [Message.user(f"{tag} please fix it " + "u" * 300)]
+    for index in range(steps):
+        call = ToolCall(f"{tag}c{index}", "bash", '{"cmd": "make"}')
+        out.append(Message.assistant(f"{tag} step {index}", [call]))
+        out.append(Message.tool(f"{tag}c{index}", f"{tag} out {index} " + "o" * 1_500))
+    return out
+
+
+async def test_a_summarizer_failing_every_second_request_opens_it_when_a_summary_needs_two() -> (
+    None
+):
+    """The breaker counts engine calls whose summary failed, not summarizer requests.
+
+    A summary of whole turns plus the current turn's prefix is two requests; a
+    summarizer failing every second request fails every such summary, though it
+    answers half the time, and the breaker opens as for any run of failed calls
+    (docs/reliability.md once claimed it never would).
+    """
+    kinds: list[str] = []
+
+    def every_second(request: SummaryRequest) -> str:
+        kinds.append(request.kind)
+        if len(kinds) % 2 == 0:
+            raise ConnectionError("flaky")
+        return echo_summarizer(request)
+
+    engine = summary_engine(every_second, max_consecutive_failures=2)
+    transcript = turns(10)
+    states = []
+    for round_ in range(2):
+        transcript = transcript + agent_turn(f"r{round_}")
+        result = await engine.project(transcript)
+        assert steps_of(result)["full_summary"].error is not None
+        states.append((engine.consecutive_failures, engine.breaker_state))
+    assert states == [(1, "closed"), (2, "open")]
+    assert kinds[:2] == ["history", "turn_prefix"]  # each call's first request succeeded
+    assert kinds.count("turn_prefix") == 2
 
 
 async def test_the_breaker_trips_skips_and_recovers_half_open() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from context_engine import (
+    CompactionError,
     ContextEngine,
     ContextSummary,
     Message,
@@ -26,6 +28,7 @@ from context_engine.formats.readers import read_transcript, write_transcript
 from context_engine.redact import Redactor
 from context_engine.strategies import FullSummary
 from context_engine.summarize.prompts import DEFAULT_PROMPTS
+from context_engine.summarize.scrub import QUOTE_MARK, scrub_quotes
 from context_engine.testing import RecordingSummarizer
 from tests.reliability.support import COUNTER, examples, valid
 
@@ -214,6 +217,127 @@ async def test_without_a_redactor_the_history_goes_to_the_summarizer_as_it_is() 
     """Redaction is opt-in: FullSummary(redactor=None) sends the text unchanged."""
     _, summarizer = await compact_with(LEAKY)
     assert SECRETS["openai"] in everything_sent(summarizer)
+
+
+def everything_sent_with_instructions(summarizer: Any) -> str:
+    return everything_sent(summarizer) + "\n".join(
+        request.instructions or "" for request in summarizer.requests
+    )
+
+
+def file_session(secret_path: str, written_path: str) -> list[Message]:
+    """A session that read and wrote files whose paths hold secrets, then moved on."""
+    messages: list[Message] = [Message.system("You are a coding agent.")]
+    for turn, (tool, path) in enumerate([("read_file", secret_path), ("write_file", written_path)]):
+        messages.append(Message.user(f"step {turn}: look at the credentials"))
+        call = ToolCall(f"f{turn}", tool, json.dumps({"path": path, "content": "x"}))
+        messages.append(Message.assistant("ok", [call]))
+        messages.append(Message.tool(f"f{turn}", "done " + "p" * 2_000))
+    for turn in range(3):  # later work, so the file steps are history, not the kept tail
+        messages += [Message.user(f"next {turn}"), Message.assistant("q" * 2_000)]
+    messages += [Message.user("now summarize the work"), Message.assistant("sure")]
+    return messages
+
+
+async def test_a_redactor_covers_compact_instructions_and_the_checkpoint_file_lists() -> None:
+    """Both once reached the summarizer or the checkpoint with their secrets in clear."""
+    read_path = f"/home/dev/{SECRETS['aws']}_accessKeys.csv"
+    written_path = f"https://bot:{SECRETS['url']}@example.com/upload/notes.md"
+    previous = ContextSummary(
+        summary="earlier work",
+        tokens_before=9_000,
+        read_files=(f"/tmp/{SECRETS['openai']}.txt",),
+    )
+    transcript = file_session(read_path, written_path)
+    transcript.insert(1, previous)
+    summarizer = RecordingSummarizer()
+    engine = ContextEngine(
+        8_000,
+        [FullSummary(summarizer=summarizer, summarizer_window=1_000_000, redactor=Redactor())],
+        token_counter=COUNTER,
+    )
+    result = await engine.compact(transcript, instructions=f"keep {SECRETS['github']} in mind")
+    assert result.changed
+    sent = everything_sent_with_instructions(summarizer)
+    assert all(secret not in sent for secret in SECRETS.values())
+    assert "[REDACTED:github-token]" in sent  # the instructions went, redacted
+    checkpoint = next(m for m in result.messages if isinstance(m, ContextSummary))
+    files = "\n".join((*checkpoint.read_files, *checkpoint.modified_files))
+    assert "_accessKeys.csv" in files  # the lists are still there ...
+    assert "/upload/notes.md" in files
+    assert all(secret not in files for secret in SECRETS.values())  # ... without the secrets
+    assert all(secret not in checkpoint.text for secret in SECRETS.values())
+    valid(transcript, result.messages)
+
+
+class QuotingSummarizer(RecordingSummarizer):
+    """Fails the way client libraries do: the error quotes the request it was given."""
+
+    def __call__(self, request: SummaryRequest) -> str:
+        super().__call__(request)
+        quoted = request.prompt_messages[-1].text[-600:]
+        raise ValueError(f"upstream rejected the request body: {quoted!s}")
+
+
+QUOTED_TEXT = "the customer's diagnosis is confidential and must stay on this machine"
+
+
+async def test_a_summarizer_error_quoting_its_prompt_never_puts_content_above_debug(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """docs/observability.md: contents are never logged above DEBUG, spans and errors alike."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    transcript = file_session("a.py", "b.py")
+    transcript.insert(-1, Message.user(QUOTED_TEXT))
+    events: list[Any] = []
+    engine = ContextEngine(
+        8_000,
+        [FullSummary(summarizer=QuotingSummarizer(), summarizer_window=1_000_000)],
+        token_counter=COUNTER,
+        tracer_provider=provider,
+        on_compact=events.append,
+    )
+    with (
+        caplog.at_level(logging.INFO, logger="context_engine"),
+        pytest.raises(CompactionError) as caught,
+    ):
+        await engine.compact(transcript)
+    logged = "\n".join(r.getMessage() for r in caplog.records if r.levelno > logging.DEBUG)
+    spans = exporter.get_finished_spans()
+    recorded = "\n".join(
+        str(value)
+        for span in spans
+        for item in (span.attributes, *(event.attributes for event in span.events))
+        for value in (item or {}).values()
+    ) + "\n".join(span.status.description or "" for span in spans)
+    assert "upstream rejected the request body" in str(caught.value)  # the error still says why
+    assert QUOTE_MARK in str(caught.value)
+    assert any(event.name == "exception" for span in spans for event in span.events)
+    for where, text in [("error", str(caught.value)), ("logs", logged), ("spans", recorded)]:
+        assert "confidential" not in text, where
+        assert "look at the credentials" not in text, where
+    cause = caught.value.__cause__ or caught.value
+    assert cause is not None  # the caller can still inspect what the summarizer raised
+
+
+@pytest.mark.parametrize(
+    ("error", "kept"),
+    [
+        ("HTTP 400: prompt is too long", "HTTP 400: prompt is too long"),
+        (f"bad input: {QUOTED_TEXT}!", f"bad input: {QUOTE_MARK}!"),
+        (f"a: {QUOTED_TEXT} b: {QUOTED_TEXT[:30]}", f"a: {QUOTE_MARK} b: {QUOTE_MARK}"),
+        ("x" * 5_000, "x" * 2_000 + "…"),
+    ],
+    ids=["no-quote", "one-quote", "two-quotes", "long-error-cut"],
+)
+def test_scrubbing_removes_only_runs_found_in_the_request(error: str, kept: str) -> None:
+    assert scrub_quotes(error, [f"user said {QUOTED_TEXT} today"]) == kept
 
 
 # -- files -------------------------------------------------------------------------------

@@ -319,7 +319,7 @@ def test_cap_tool_result_rejects_bad_input(
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"max_share": 0}, r"max_share must be a share in \(0, 1\]"),
+        ({"max_share": 0}, r"max_share must be a number in \(0, 1\]"),
         ({"max_share": 1.5}, "max_share"),
         ({"max_round_share": True}, "max_round_share"),
         ({"max_tokens": 100}, "max_tokens must be an int >= 128"),

@@ -309,3 +309,26 @@ async def test_other_errors_surface_after_one_attempt(error: Exception) -> None:
     if isinstance(error, ValueError):
         assert "ValueError: Streaming is required" in str(caught.value)
         assert caught.value.__cause__ is error
+
+
+async def test_retry_after_past_the_deadline_surfaces_without_a_shortened_retry() -> None:
+    """A server asking for 120 s against a 60 s deadline is not asked again after 5 s."""
+    limited = openai_status_error(429, "slow down", headers={"retry-after": "120"})
+    script = Script(limited, "<summary>never sent</summary>")
+    policy = script.policy(max_wait=5.0, max_delay=60.0)
+
+    with pytest.raises(SummarizerError, match="retry after 120 s, past the 60 s") as caught:
+        await script.run(build_request(turns(2)), policy=policy)
+
+    assert len(script.requests) == 1
+    assert script.sleeps == []
+    assert caught.value.__cause__ is limited
+
+
+async def test_retry_after_within_the_deadline_is_still_waited_for() -> None:
+    """Only a delay the deadline cannot honour ends the retries."""
+    limited = openai_status_error(429, "slow down", headers={"retry-after": "2"})
+    script = Script(limited, "<summary>done</summary>")
+
+    assert await script.run(build_request(turns(2)), policy=script.policy(max_delay=60.0)) == "done"
+    assert script.sleeps == [2.0]
