@@ -30,8 +30,9 @@ from context_engine._settings import (
 )
 from context_engine._transcript import as_transcript
 from context_engine.archive.base import Archive
-from context_engine.assembly.assembler import Assembler
+from context_engine.assembly.assembler import Assembler, assembler_of
 from context_engine.assembly.provider import ContextProvider
+from context_engine.assembly.transform import Transform
 from context_engine.breaker import BreakerState, CircuitBreaker
 from context_engine.call import Desk, Hooks, Operation, finish, mark_span, open_call
 from context_engine.events import ContextUsage, Snapshot
@@ -88,6 +89,12 @@ class ContextEngine:
             with ``archive``).
         archive_timeout_seconds: How long one archive write may take before the
             engine gives up on it for this call (view-only rewrites still go out).
+        providers: Context providers run on every call (or an `Assembler`
+            with rules and a budget profile); their output is budgeted with
+            the transcript and never committed, archived or summarized.
+        transforms: Functions run in order over the transcript before the
+            providers (redaction, normalisation); every part of the call
+            works on their output (`context_engine.assembly.Transform`).
         pinned: Messages re-injected right after every checkpoint, within a
             budget (a rules file, a plan): a list of messages or strings, a
             function returning them, or a `Pinned` with its own budget.
@@ -117,6 +124,7 @@ class ContextEngine:
         session_id: str | None = None,
         archive_timeout_seconds: float = 2.0,
         providers: Iterable[ContextProvider] | Assembler = (),
+        transforms: Iterable[Transform] = (),
         pinned: Pinned | PinnedSource | None = None,
     ) -> None:
         self._settings: Settings = checked_settings(
@@ -153,7 +161,7 @@ class ContextEngine:
             if archive is not None and session_id is not None
             else None
         )
-        self._assembler = providers if isinstance(providers, Assembler) else Assembler(providers)
+        self._assembler = assembler_of(providers, transforms)
 
     @classmethod
     def default(
@@ -332,10 +340,11 @@ class ContextEngine:
             if keeper is not None and keeper.due():
                 await keeper.refresh()
             assembly = None
-            if self._assembler.providers:  # context assembly: run the providers first
+            if self._assembler.active:  # context assembly: transforms, then providers
                 assembly = await self._assembler.assemble(
                     transcript, self._meter.counter, settings.threshold, operation
                 )
+                transcript = assembly.transcript
             call = open_call(
                 operation,
                 transcript,

@@ -1,5 +1,6 @@
 """Context assembly: sources besides the transcript, budgeted, ruled and traced.
 
+`Transform`s rewrite the transcript first (redaction, normalisation);
 `ContextProvider`s contribute messages or `Item`s to every call; a
 `BudgetProfile` splits the room among them; `Rule`s include, boost or
 exclude items; every decision lands in the call's `AssemblyTrace`. See
@@ -35,6 +36,7 @@ from context_engine.assembly.providers import (
 from context_engine.assembly.replay import replay
 from context_engine.assembly.rules import Boost, Rule, load_rules
 from context_engine.assembly.trace import Action, AssemblyTrace, Decision, DeltaKind
+from context_engine.assembly.transform import Transform
 
 __all__ = [
     "Action",
@@ -63,6 +65,7 @@ __all__ = [
     "SessionMemoryProvider",
     "Share",
     "StaticProvider",
+    "Transform",
     "is_provided",
     "load_rules",
     "replay",

@@ -40,6 +40,7 @@ from context_engine.assembly.provider import (
 )
 from context_engine.assembly.rules import Rule, fired
 from context_engine.assembly.trace import Action, AssemblyTrace, Decision, DeltaKind
+from context_engine.assembly.transform import Transform, apply_transforms, checked_transforms
 from context_engine.errors import ConfigurationError
 from context_engine.messages import Message
 from context_engine.structure import is_user_message
@@ -48,7 +49,7 @@ from context_engine.tokens import TokenCounter
 if TYPE_CHECKING:
     from context_engine.strategies.base import Removal
 
-__all__ = ["Assembler", "Assembly", "removal_decisions"]
+__all__ = ["Assembler", "Assembly", "assembler_of", "removal_decisions"]
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +88,7 @@ class Assembler:
         rules: Evaluated every call against the providers' items.
         profile: Splits the room among the providers' shares; None caps each
             provider by its ``max_tokens`` only.
+        transforms: Rewrite the transcript before the providers run (`Transform`).
     """
 
     def __init__(
@@ -95,6 +97,7 @@ class Assembler:
         *,
         rules: Iterable[Rule] = (),
         profile: BudgetProfile | None = None,
+        transforms: Iterable[Transform] = (),
     ) -> None:
         self._registered: list[ContextProvider] = []
         self.providers: tuple[ContextProvider, ...] = ()
@@ -102,12 +105,19 @@ class Assembler:
         for provider in providers:
             self.add(provider)
         self.rules: tuple[Rule, ...] = tuple(rules)
+        self.transforms: tuple[Transform, ...] = checked_transforms(transforms)
+        """Run in order over the transcript before the providers (`apply_transforms`)."""
         self.profile = profile
         self._last: Prompt | None = None
         # Last call's rendered blocks and text counts: an unchanged source keeps the
         # same message objects, so counting, comparing and caching cost nothing.
         self._rendered: dict[str, tuple[object, tuple[Message, ...]]] = {}
         self._counts: dict[tuple[str, str], int] = {}
+
+    @property
+    def active(self) -> bool:
+        """Whether a call has anything to assemble (a transform or a provider)."""
+        return bool(self.providers or self.transforms)
 
     def add(self, provider: ContextProvider) -> None:
         """Register ``provider``; it runs by its priority, after equals registered before it.
@@ -144,7 +154,11 @@ class Assembler:
         room: int,
         operation: str = "project",
     ) -> Assembly:
-        """Run every provider for one call whose threshold is ``room`` tokens."""
+        """Run the transforms, then every provider, for one call whose threshold is ``room``.
+
+        The transforms' output is `Assembly.transcript`: what the call works on.
+        """
+        transcript, transformed = await apply_transforms(self.transforms, transcript, counter)
         newest = newest_user(transcript)
         task = transcript[newest].text if newest >= 0 else ""
         allocation = self.allocation(transcript, room)
@@ -163,9 +177,10 @@ class Assembler:
             await run.ask(provider, request)
         return Assembly(
             assembler=self,
+            transcript=transcript,
             blocks=tuple(run.blocks),
             tokens=sum(counter.count_message(m) for m in run.provided),
-            decisions=tuple(run.decisions),
+            decisions=transformed + tuple(run.decisions),
             outputs=dict(run.outputs),
             counter=counter,
         )
@@ -307,6 +322,7 @@ class Assembly:
     """One call's provider blocks, before and after they are placed.
 
     Attributes:
+        transcript: The transcript after the transforms (the caller's when there are none).
         blocks: Each provider's messages and placement, in run order.
         tokens: Tokens of all blocks: the engine counts them as overhead.
         decisions: The providers' decisions (the strategies' come in `finish`).
@@ -314,6 +330,7 @@ class Assembly:
     """
 
     assembler: Assembler = attrs.field(repr=False, eq=False)
+    transcript: tuple[Message, ...] = attrs.field(repr=False)
     blocks: tuple[Block, ...]
     tokens: int
     decisions: tuple[Decision, ...]
@@ -376,3 +393,17 @@ def removal_decisions(
             )
         )
     return tuple(decisions)
+
+
+def assembler_of(
+    providers: Iterable[ContextProvider] | Assembler, transforms: Iterable[Transform]
+) -> Assembler:
+    """The engine's assembler from its ``providers=`` and ``transforms=`` settings."""
+    if not isinstance(providers, Assembler):
+        return Assembler(providers, transforms=transforms)
+    if checked_transforms(transforms):
+        raise ConfigurationError(
+            "providers= is an Assembler: give it the transforms (Assembler(..., transforms=...)) "
+            "instead of passing transforms= to the engine"
+        )
+    return providers

@@ -30,12 +30,14 @@ Action: TypeAlias = Literal[
     "trim",
     "summary",
     "truncate",
+    "transform",
 ]
 """What happened to an item: kept (``include``, ``always_include``), left out
 (``drop``: over the source's cap; ``cap``: the source was cut to its share;
 ``exclude``: a rule's glob), reordered (``boost``), a provider that raised
-(``fail``) or was cut short (``cancel``), or a strategy's rewrite of the
-transcript (``clear``, ``trim``, ``summary``, ``truncate``)."""
+(``fail``) or was cut short (``cancel``), a strategy's rewrite of the
+transcript (``clear``, ``trim``, ``summary``, ``truncate``), or a message a
+transform replaced or removed before the providers ran (``transform``)."""
 
 DeltaKind: TypeAlias = Literal["first", "append_only", "history_only", "full_rebuild"]
 """How a prompt relates to the previous one: the first prompt; the previous
