@@ -277,14 +277,16 @@ class FullSummary:
         prefix = strip_images(restore_originals(prefix, transcript))
         call = self._summary_call(budget, instructions)
         text = await self._write(call, history, prefix, previous)
-        ledger = Ledger.of(previous).update(
+        earlier = Ledger.of(previous)
+        ledger = earlier.update(
             history + prefix, shell_tools=self._shell_tools(), file_tools=self.file_tools
         )
         log = fit_ledger(ledger, int(limit * self.ledger_share), budget.counter)
         references = (removal.reference,) if budget.archiving else ()
-        checkpoint = self._checkpoint(
-            without_ledger(text), history + prefix, previous, budget, references
+        checkpoint, open_file = self._checkpoint(
+            without_ledger(text), history + prefix, previous, budget, references, earlier.open_file
         )
+        ledger = attrs.evolve(ledger, open_file=open_file)
         condense = _condense_by_part(call, budget.counter)
         room = max(1, limit - budget.counter.count_text(log))
         bounded = await bound_checkpoint(checkpoint, room, budget.counter, condense)
@@ -342,8 +344,10 @@ class FullSummary:
         previous: Message | None,
         budget: Budget,
         references: tuple[str, ...],
-    ) -> ContextSummary:
-        activity = track_files(compacted, self.file_tools)
+        open_file: str | None,
+    ) -> tuple[ContextSummary, str | None]:
+        """The checkpoint with its file lists, and the editor's open file at its end."""
+        activity = track_files(compacted, self.file_tools, open_file=open_file)
         earlier = Condensed.of(previous)
         if isinstance(previous, ContextSummary):
             # Files an earlier bound moved to the metadata come back: the lists
@@ -363,7 +367,7 @@ class FullSummary:
         # With an archive the previous checkpoint, metadata included, is recallable
         # under this one's reference; without one, what it condensed out travels on.
         carried = Condensed() if budget.archiving else Condensed(items=earlier.items)
-        return with_condensed(checkpoint, carried)
+        return with_condensed(checkpoint, carried), activity.open_file
 
     async def _run_hooks(
         self,

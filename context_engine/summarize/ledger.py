@@ -143,10 +143,13 @@ class Ledger:
     Attributes:
         runs: Distinct calls, in the order of their latest run (oldest first).
         failure: The most recent failure, or None.
+        open_file: The file a SWE-agent style editor had open (its ``edit``
+            calls act on it), handed to the next update's file tracking.
     """
 
     runs: tuple[Run, ...] = ()
     failure: Failure | None = None
+    open_file: str | None = None
 
     @classmethod
     def of(cls, message: Message | None) -> Ledger:
@@ -171,17 +174,20 @@ class Ledger:
             if isinstance(failure, Mapping)
             else None
         )
-        return cls(runs, last)
+        open_file = recorded.get("open_file")
+        return cls(runs, last, open_file if isinstance(open_file, str) else None)
 
     def as_metadata(self) -> dict[str, object]:
         """The JSON form stored under `LEDGER_KEY`."""
         found: dict[str, object] = {"runs": [attrs.asdict(run) for run in self.runs]}
         if self.failure is not None:
             found["failure"] = attrs.asdict(self.failure)
+        if self.open_file is not None:
+            found["open_file"] = self.open_file
         return found
 
     def __bool__(self) -> bool:
-        return bool(self.runs or self.failure)
+        return bool(self.runs or self.failure or self.open_file)
 
     def update(
         self,
@@ -218,7 +224,7 @@ class Ledger:
                     continue
                 before = runs.pop(run.label, None)
                 runs[run.label] = attrs.evolve(run, runs=run.runs + (before.runs if before else 0))
-        return Ledger(tuple(runs.values()), failure)
+        return Ledger(tuple(runs.values()), failure, self.open_file)
 
     def render(self, max_chars: int) -> str:
         """The ledger's sections in about ``max_chars`` characters ("" when empty).
