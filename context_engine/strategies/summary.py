@@ -129,8 +129,8 @@ class FullSummary:
     )
     """Largest share of the threshold the checkpoint may take; a longer one is condensed."""
     ledger_share: float = attrs.field(
-        default=0.5,
-        validator=share(exclusive_minimum=True, fix="0.5 gives the work log half the checkpoint"),
+        default=0.6,
+        validator=share(exclusive_minimum=True, fix="0.6 gives the work log three fifths of the checkpoint"),
     )
     """Largest share of the checkpoint its work log (calls with their last status,
     the most recent failure, written by code) may take; the summarizer's text gets the rest."""

@@ -14,6 +14,7 @@ the next checkpoint instead of being lost; the text shows what fits
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 
@@ -47,9 +48,10 @@ LEDGER_TITLES: tuple[str, ...] = (COMMANDS, TOOLS, FAILURE)
 """The section headings the ledger writes; code owns them in a checkpoint."""
 
 _LABEL_CHARS = 160
+_LABEL_MIN = 40  # characters a label says before a multi-line command's next line is added
 _ARGUMENT_CHARS = 120
-_FAILURE_LINES = 12
-_FAILURE_CHARS = 1200
+_FAILURE_LINES = 6
+_FAILURE_CHARS = 600
 _FAILURE_LINE_CHARS = 400
 _NO_RESULT = "no result yet"
 
@@ -66,14 +68,36 @@ def _arguments(raw: str) -> Mapping[str, object] | str:
     return value if isinstance(value, dict) else raw
 
 
+def _opening(text: str) -> str:
+    """A command's first line, and the next ones while they say too little to tell it apart.
+
+    A code cell often opens with a bare ``edit_file_by_replace(``; a shell
+    command's first line is the command (a heredoc after it is data).
+    """
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    shown = ""
+    for count, line in enumerate(lines, 1):
+        shown = " ".join(f"{shown} {line}".split())
+        if len(shown) >= _LABEL_MIN or count == len(lines):
+            return shown + (" …" if count < len(lines) else "")
+    return shown
+
+
 def call_label(call: ToolCall, shell_tools: frozenset[str] = DEFAULT_SHELL_TOOLS) -> str:
-    """How a call is named in a checkpoint: a command's first line, else ``tool(arguments)``."""
+    """How a call is named in a checkpoint: a command's opening, else ``tool(arguments)``."""
     if call.name in shell_tools:
         text = command_text(_arguments(call.arguments))
         if text is not None and text.strip():
-            lines = text.strip().splitlines()
-            return one_line(lines[0] + (" …" if len(lines) > 1 else ""), _LABEL_CHARS)
+            return one_line(_opening(text), _LABEL_CHARS)
     return f"{call.name}({one_line(call.arguments, _ARGUMENT_CHARS)})"
+
+
+def _call_key(call: ToolCall, label: str) -> str:
+    """What runs collapse on: the whole call, not its label (two edits may open alike)."""
+    if not label.endswith("…"):
+        return label
+    digest = hashlib.blake2b(f"{call.name}\0{call.arguments}".encode(), digest_size=6)
+    return f"{label} #{digest.hexdigest()}"
 
 
 @attrs.frozen
@@ -81,11 +105,13 @@ class Run:
     """One distinct call and how its latest run ended.
 
     Attributes:
-        label: The call as `call_label` names it (the key runs collapse on).
+        label: The call as `call_label` names it.
         command: Whether it is a shell command (else another tool's call).
         status: ``ok``, ``failed``, ``failed, exit N`` or ``no result yet``.
         key_line: The key error line of the latest run when it failed.
         runs: How many times it ran.
+        key: What runs of the same call share: the label, or for a label
+            clipped with "…" the label and a digest of the whole call.
     """
 
     label: str
@@ -93,6 +119,11 @@ class Run:
     status: str
     key_line: str | None = None
     runs: int = 1
+    key: str = ""
+
+    def __attrs_post_init__(self) -> None:
+        if not self.key:
+            object.__setattr__(self, "key", self.label)
 
     def item(self) -> str:
         """The checkpoint item: label, status (and runs), key error line indented below."""
@@ -164,6 +195,7 @@ class Ledger:
                 str(run.get("status", _NO_RESULT)),
                 str(run["key_line"]) if run.get("key_line") else None,
                 max(1, int(run.get("runs", 1))),
+                str(run.get("key") or ""),
             )
             for run in recorded.get("runs", ())
             if isinstance(run, Mapping) and isinstance(run.get("label"), str)
@@ -203,15 +235,15 @@ class Ledger:
         stands. A file tool's call (an edit, a read) is listed only when it
         failed: the file lists say the rest.
         """
-        runs = {run.label: run for run in self.runs}
+        runs = {run.key: run for run in self.runs}
         failure = self.failure
         results = {m.tool_call_id: m for m in messages if m.role == "tool" and m.tool_call_id}
         for message in messages:
             if message.is_summary:
                 earlier = Ledger.of(message)
                 for run in earlier.runs:
-                    runs.pop(run.label, None)
-                    runs[run.label] = run
+                    runs.pop(run.key, None)
+                    runs[run.key] = run
                 failure = earlier.failure or failure
                 continue
             if TRUNCATION_KEY in message.metadata:
@@ -222,8 +254,8 @@ class Ledger:
                     failure = failed
                 if run is None:
                     continue
-                before = runs.pop(run.label, None)
-                runs[run.label] = attrs.evolve(run, runs=run.runs + (before.runs if before else 0))
+                before = runs.pop(run.key, None)
+                runs[run.key] = attrs.evolve(run, runs=run.runs + (before.runs if before else 0))
         return Ledger(tuple(runs.values()), failure, self.open_file)
 
     def render(self, max_chars: int) -> str:
@@ -284,4 +316,4 @@ def _run(
     file_call = not command and files_in_call(call, file_tools) is not None
     if file_call and failure is None:
         return None, None
-    return Run(label, command, status, key), failure
+    return Run(label, command, status, key, key=_call_key(call, label)), failure

@@ -38,7 +38,16 @@ _TRACEBACK = "Traceback (most recent call last)"
 _NOT_KEY = re.compile(r"^\s*Traceback \(most recent call last\)|^\s*<returncode>")
 # A raised exception's own line ("NameError: name 'Query' is not defined"), the
 # best key line when there is one: a traceback's source lines may also match.
-_EXCEPTION_LINE = re.compile(r"^\s*(?:[\w.]+\.)?\w*(?:Error|Exception|Exit|Interrupt)\b(?::|$)")
+# A linter's listing of one ("- E999 SyntaxError: unmatched ')'") counts too.
+_EXCEPTION_LINE = re.compile(
+    r"^\s*(?:[-*]\s+)?(?:[A-Z]\d{3,4}\s+)?(?:[\w.]+\.)?\w*(?:Error|Exception|Exit|Interrupt)\b(?::|$)"
+)
+# Tools that state a failure in words, first thing: an editor refusing an edit, a shell.
+_REPORTED = re.compile(
+    r"(?i)\bsyntax error|command not found|no such file or directory|permission denied"
+    r"|\b(?:has|have|was|were) not been applied\b"
+)
+_OPENING_LINES = 3
 _SUMMARY_FAILED = re.compile(r"\b[1-9]\d* (?:failed|errors?)\b")
 _TAG_LINE = re.compile(r"^\s*(?:</?[A-Za-z_][\w-]*>\s*)+$|^\s*<returncode>.*</returncode>\s*$")
 _LINE_CHARS = 240
@@ -52,7 +61,9 @@ class Outcome:
     Attributes:
         exit_status: The exit status the output states, or None.
         failed: Whether the result looks like a failure (a non-zero exit
-            status; without one, a traceback, or an error-like first or last line).
+            status; without one, a traceback, an error-like first or last line,
+            or an error stated in words in the first lines: "syntax error",
+            "command not found", "not been applied").
         key_line: The key line of a failure, or None: the exception line that
             closes the last traceback (what was finally raised), else the first
             exception line, else the first error-like line, else (a non-zero
@@ -82,8 +93,12 @@ def one_line(text: str, limit: int) -> str:
     return flat if len(flat) <= limit else flat[: max(limit - 1, 0)].rstrip() + "…"
 
 
+def _reports_error(line: str) -> bool:
+    return bool(ERROR_LINE.search(line) or _REPORTED.search(line))
+
+
 def _key_line(text: str, lines: list[str]) -> str | None:
-    errors = [line for line in lines if ERROR_LINE.search(line) and not _NOT_KEY.match(line)]
+    errors = [line for line in lines if _reports_error(line) and not _NOT_KEY.match(line)]
     last = text.rfind(_TRACEBACK)
     if last >= 0:
         # What a traceback ends on is what was raised; chained ones end on the last.
@@ -103,8 +118,10 @@ def _outcome(result: Message) -> Outcome:
         failed = status != 0
     else:
         ends = lines[:1] + lines[-1:]
-        failed = _TRACEBACK in text or any(
-            ERROR_LINE.search(line) or _SUMMARY_FAILED.search(line) for line in ends
+        failed = (
+            _TRACEBACK in text
+            or any(ERROR_LINE.search(line) or _SUMMARY_FAILED.search(line) for line in ends)
+            or any(_REPORTED.search(line) for line in lines[:_OPENING_LINES])
         )
     key = _key_line(text, lines) if failed else None
     if key is None and failed and status is not None and lines:
