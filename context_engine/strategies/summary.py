@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -130,7 +131,7 @@ class FullSummary:
     """Largest share of the threshold the checkpoint may take; a longer one is condensed."""
     ledger_share: float = attrs.field(
         default=0.6,
-        validator=share(exclusive_minimum=True, fix="0.6 gives the work log three fifths of the checkpoint"),
+        validator=share(exclusive_minimum=True, fix="0.6 gives the work log 3/5 of the checkpoint"),
     )
     """Largest share of the checkpoint its work log (calls with their last status,
     the most recent failure, written by code) may take; the summarizer's text gets the rest."""
@@ -184,16 +185,18 @@ class FullSummary:
         if problem is not None:
             # Recorded as a no-op so the pipeline's next strategy still runs.
             return StrategyResult.unchanged(view, error=problem)
-        written = await self._write_at(view, cut, previous, budget, instructions, transcript)
-        removal, checkpoint, compacted = written
-        size = budget.counter.count_message(checkpoint)
+        write = functools.partial(
+            self._write_at, view, previous=previous, budget=budget,
+            instructions=instructions, transcript=transcript,
+        )  # fmt: skip
+        removal, checkpoint, compacted = await write(cut)
         if fits and budget.measure(compacted) > budget.threshold:
             # Longer than expected: a later cut, so the last resort drops nothing unsummarized.
+            size = budget.counter.count_message(checkpoint)
             later = _later_cut(view, shape, budget, keep, size)
             if later is not None and later.index > cut.index:
                 cut = later
-                written = await self._write_at(view, cut, previous, budget, instructions, transcript)
-                removal, checkpoint, compacted = written
+                removal, checkpoint, compacted = await write(cut)
         compacted = await self._run_hooks(compacted, cut, budget, checkpoint, started)
         after = budget.measure(compacted)
         if after >= budget.tokens:

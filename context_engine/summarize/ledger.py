@@ -23,7 +23,7 @@ import attrs
 from context_engine.messages import Message, ToolCall
 from context_engine.structure import TRUNCATION_KEY
 from context_engine.summarize.files import DEFAULT_FILE_TOOLS, FileToolRule, files_in_call
-from context_engine.summarize.outcome import one_line, outcome
+from context_engine.summarize.outcome import content_lines, one_line, outcome
 from context_engine.summarize.shell import DEFAULT_SHELL_TOOLS, command_text
 
 __all__ = [
@@ -48,7 +48,7 @@ LEDGER_TITLES: tuple[str, ...] = (COMMANDS, TOOLS, FAILURE)
 """The section headings the ledger writes; code owns them in a checkpoint."""
 
 _LABEL_CHARS = 160
-_LABEL_MIN = 40  # characters a label says before a multi-line command's next line is added
+_CONTINUED = ("(", "[", "{", ",", "\\")
 _ARGUMENT_CHARS = 120
 _FAILURE_LINES = 6
 _FAILURE_CHARS = 600
@@ -69,16 +69,18 @@ def _arguments(raw: str) -> Mapping[str, object] | str:
 
 
 def _opening(text: str) -> str:
-    """A command's first line, and the next ones while they say too little to tell it apart.
+    """A command's first line, and the next ones while it is left open.
 
-    A code cell often opens with a bare ``edit_file_by_replace(``; a shell
-    command's first line is the command (a heredoc after it is data).
+    A code cell often opens with a bare ``edit_file_by_replace(``, which names
+    nothing yet: lines ending in an opening bracket, a comma or a backslash
+    continue on the next. A shell command's first line is otherwise the
+    command (a heredoc after it is data).
     """
     lines = [line for line in text.strip().splitlines() if line.strip()]
     shown = ""
     for count, line in enumerate(lines, 1):
         shown = " ".join(f"{shown} {line}".split())
-        if len(shown) >= _LABEL_MIN or count == len(lines):
+        if not shown.endswith(_CONTINUED) or len(shown) >= _LABEL_CHARS:
             return shown + (" …" if count < len(lines) else "")
     return shown
 
@@ -147,7 +149,7 @@ class Failure:
 
 def _tail(text: str) -> str:
     """The last lines of a failed output, bounded; the key line is almost always among them."""
-    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
+    lines = [line.rstrip() for line in content_lines(text)]
     kept: list[str] = []
     size = 0
     for line in reversed(lines[-_FAILURE_LINES:]):
@@ -241,9 +243,9 @@ class Ledger:
         for message in messages:
             if message.is_summary:
                 earlier = Ledger.of(message)
-                for run in earlier.runs:
-                    runs.pop(run.key, None)
-                    runs[run.key] = run
+                for kept in earlier.runs:
+                    runs.pop(kept.key, None)
+                    runs[kept.key] = kept
                 failure = earlier.failure or failure
                 continue
             if TRUNCATION_KEY in message.metadata:

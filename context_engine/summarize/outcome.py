@@ -16,7 +16,7 @@ import attrs
 from context_engine._memo import memoized
 from context_engine.messages import Message
 
-__all__ = ["ERROR_LINE", "Outcome", "one_line", "outcome"]
+__all__ = ["ERROR_LINE", "Outcome", "content_lines", "one_line", "outcome"]
 
 ERROR_LINE = re.compile(
     r"Traceback \(most recent call last\)"
@@ -35,12 +35,18 @@ _EXIT = re.compile(
 _TRACEBACK = "Traceback (most recent call last)"
 # The header of a Python traceback matches ERROR_LINE but says nothing: the
 # exception line below it is the one worth quoting.
-_NOT_KEY = re.compile(r"^\s*Traceback \(most recent call last\)|^\s*<returncode>")
+# nor does a line that only states the exit status (the status says it already).
+_NOT_KEY = re.compile(
+    r"^\s*Traceback \(most recent call last\)|^\s*<returncode>"
+    r"|^\W*(?:[Ee]xit(?:ed)? (?:with )?(?:code|status)|[Rr]eturn ?code)\W*-?\d+\W*$"
+)
 # A raised exception's own line ("NameError: name 'Query' is not defined"), the
 # best key line when there is one: a traceback's source lines may also match.
-# A linter's listing of one ("- E999 SyntaxError: unmatched ')'") counts too.
+# A linter's listing of one ("- E999 SyntaxError: unmatched ')'") and pytest's
+# explanation ("E   AssertionError: ...") count too.
 _EXCEPTION_LINE = re.compile(
-    r"^\s*(?:[-*]\s+)?(?:[A-Z]\d{3,4}\s+)?(?:[\w.]+\.)?\w*(?:Error|Exception|Exit|Interrupt)\b(?::|$)"
+    r"^\s*(?:[-*]\s+|E\s{2,})?(?:[A-Z]\d{3,4}\s+)?(?:[\w.]+\.)?\w*"
+    r"(?:Error|Exception|Exit|Interrupt)\b(?::|$)"
 )
 # Tools that state a failure in words, first thing: an editor refusing an edit, a shell.
 _REPORTED = re.compile(
@@ -93,6 +99,11 @@ def one_line(text: str, limit: int) -> str:
     return flat if len(flat) <= limit else flat[: max(limit - 1, 0)].rstrip() + "…"
 
 
+def content_lines(text: str) -> list[str]:
+    """The non-blank lines of a result, without lone markup tags (``<output>``, ``<returncode>``)."""
+    return [line for line in text.splitlines() if line.strip() and not _TAG_LINE.match(line)]
+
+
 def _reports_error(line: str) -> bool:
     return bool(ERROR_LINE.search(line) or _REPORTED.search(line))
 
@@ -113,7 +124,7 @@ def _outcome(result: Message) -> Outcome:
     text = result.text
     found = _EXIT.search(text)
     status = int(found[1] or found[2]) if found is not None else None
-    lines = [line for line in text.splitlines() if line.strip() and not _TAG_LINE.match(line)]
+    lines = content_lines(text)
     if status is not None:
         failed = status != 0
     else:
