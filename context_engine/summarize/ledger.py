@@ -14,7 +14,6 @@ the next checkpoint instead of being lost; the text shows what fits
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
 
@@ -94,14 +93,6 @@ def call_label(call: ToolCall, shell_tools: frozenset[str] = DEFAULT_SHELL_TOOLS
     return f"{call.name}({one_line(call.arguments, _ARGUMENT_CHARS)})"
 
 
-def _call_key(call: ToolCall, label: str) -> str:
-    """What runs collapse on: the whole call, not its label (two edits may open alike)."""
-    if not label.endswith("…"):
-        return label
-    digest = hashlib.blake2b(f"{call.name}\0{call.arguments}".encode(), digest_size=6)
-    return f"{label} #{digest.hexdigest()}"
-
-
 @attrs.frozen
 class Run:
     """One distinct call and how its latest run ended.
@@ -111,9 +102,8 @@ class Run:
         command: Whether it is a shell command (else another tool's call).
         status: ``ok``, ``failed``, ``failed, exit N`` or ``no result yet``.
         key_line: The key error line of the latest run when it failed.
-        runs: How many times it ran.
-        key: What runs of the same call share: the label, or for a label
-            clipped with "…" the label and a digest of the whole call.
+        runs: How many times it ran (calls with the same label count as one:
+            an agent re-running a command or a script it edits between runs).
     """
 
     label: str
@@ -121,11 +111,6 @@ class Run:
     status: str
     key_line: str | None = None
     runs: int = 1
-    key: str = ""
-
-    def __attrs_post_init__(self) -> None:
-        if not self.key:
-            object.__setattr__(self, "key", self.label)
 
     def item(self) -> str:
         """The checkpoint item: label, status (and runs), key error line indented below."""
@@ -197,7 +182,6 @@ class Ledger:
                 str(run.get("status", _NO_RESULT)),
                 str(run["key_line"]) if run.get("key_line") else None,
                 max(1, int(run.get("runs", 1))),
-                str(run.get("key") or ""),
             )
             for run in recorded.get("runs", ())
             if isinstance(run, Mapping) and isinstance(run.get("label"), str)
@@ -237,15 +221,15 @@ class Ledger:
         stands. A file tool's call (an edit, a read) is listed only when it
         failed: the file lists say the rest.
         """
-        runs = {run.key: run for run in self.runs}
+        runs = {run.label: run for run in self.runs}
         failure = self.failure
         results = {m.tool_call_id: m for m in messages if m.role == "tool" and m.tool_call_id}
         for message in messages:
             if message.is_summary:
                 earlier = Ledger.of(message)
                 for kept in earlier.runs:
-                    runs.pop(kept.key, None)
-                    runs[kept.key] = kept
+                    runs.pop(kept.label, None)
+                    runs[kept.label] = kept
                 failure = earlier.failure or failure
                 continue
             if TRUNCATION_KEY in message.metadata:
@@ -256,8 +240,8 @@ class Ledger:
                     failure = failed
                 if run is None:
                     continue
-                before = runs.pop(run.key, None)
-                runs[run.key] = attrs.evolve(run, runs=run.runs + (before.runs if before else 0))
+                before = runs.pop(run.label, None)
+                runs[run.label] = attrs.evolve(run, runs=run.runs + (before.runs if before else 0))
         return Ledger(tuple(runs.values()), failure, self.open_file)
 
     def render(self, max_chars: int) -> str:
@@ -318,4 +302,4 @@ def _run(
     file_call = not command and files_in_call(call, file_tools) is not None
     if file_call and failure is None:
         return None, None
-    return Run(label, command, status, key, key=_call_key(call, label)), failure
+    return Run(label, command, status, key), failure

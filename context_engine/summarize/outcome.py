@@ -67,7 +67,7 @@ class Outcome:
     Attributes:
         exit_status: The exit status the output states, or None.
         failed: Whether the result looks like a failure (a non-zero exit
-            status; without one, a traceback, an error-like first or last line,
+            status or a traceback; without a status, a traceback, an error-like first or last line,
             or an error stated in words in the first lines: "syntax error",
             "command not found", "not been applied").
         key_line: The key line of a failure, or None: the exception line that
@@ -82,11 +82,17 @@ class Outcome:
 
     @property
     def status(self) -> str:
-        """``ok``, ``failed``, ``failed, exit N`` or ``exit N, no output``."""
+        """``ok``, ``failed``, ``failed, exit N`` or ``exit N, no output``.
+
+        An exit status of 0 with a Python traceback in the output is a failure
+        too: ``failed, exit 0 with a traceback``.
+        """
         if not self.failed:
             return "ok"
         if self.exit_status is None:
             return "failed"
+        if self.exit_status == 0:
+            return "failed, exit 0 with a traceback"
         if self.key_line is None:
             # grep finding nothing, test -f saying no: a negative answer, not an error.
             return f"exit {self.exit_status}, no output"
@@ -126,7 +132,8 @@ def _outcome(result: Message) -> Outcome:
     status = int(found[1] or found[2]) if found is not None else None
     lines = content_lines(text)
     if status is not None:
-        failed = status != 0
+        # A script that catches and prints its traceback still exits 0: it raised all the same.
+        failed = status != 0 or _TRACEBACK in text
     else:
         ends = lines[:1] + lines[-1:]
         failed = (

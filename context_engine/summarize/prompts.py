@@ -30,20 +30,26 @@ Write a checkpoint of the conversation below. Use these headings, in this order,
 and keep every fact the agent needs to carry on without asking again:
 
 ## Goal
-What the user wants, in their words where it matters; later changes of goal.
+Every request the user made, in their words (verbatim when short), oldest first.
 ## Constraints
 Rules, preferences and limits the user stated (quote them).
-## Progress
-What is done, what is in progress, with the concrete results.
-## Key facts and decisions
-Names, values, paths, commands, identifiers, and why choices were made.
-## Errors
-Failures met, their exact messages where short, and how they were resolved or not.
-## Files
-Files read and files changed, with what changed.
+## Files modified
+Files created, changed or deleted (editor tools and shell commands alike), with what changed.
+## Files read
+Files the agent read or inspected.
+## Commands run
+Commands and tests run, each once with how its latest run ended; a failure with its key error line.
+## Most recent failure
+The latest error, quoted exactly, and whether it was resolved.
+## Decisions
+Names, values, paths, identifiers, and why choices were made.
+## Latest progress
+What is done and the step the agent was on when this part ends.
 ## Next steps
 What remains, in order, starting with what the agent was doing last.
 
+The system also records the files, the commands and the most recent failure from
+the conversation itself and merges its record into your checkpoint.
 Be specific and dense; prefer lists. You may think first inside <analysis></analysis>;
 put the checkpoint itself inside <summary></summary>."""
 
@@ -74,8 +80,8 @@ failed. Be brief and concrete; merge rather than append. Put the text inside
 _CONDENSE = """\
 The checkpoint in <previous-summary> is too long for the room it has in the
 agent's context. Rewrite it shorter: keep the same headings, the goal, the
-constraints, the files, unresolved errors and the next steps; merge or drop the
-oldest and least useful details first. Put the checkpoint inside
+constraints, the files, the most recent failure and the next steps; merge or drop
+the oldest and least useful details first. Put the checkpoint inside
 <summary></summary>."""
 
 
