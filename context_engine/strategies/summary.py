@@ -53,6 +53,9 @@ in ``room`` are dropped (and logged).
 """
 
 
+_TEXT_FIRST_TOKENS = 160
+
+
 def default_keep_recent_tokens(threshold: int) -> int:
     """``clamp(threshold / 4, 2000, 20000)``."""
     return max(2000, min(20_000, threshold // 4))
@@ -134,7 +137,8 @@ class FullSummary:
         validator=share(exclusive_minimum=True, fix="0.6 gives the work log 3/5 of the checkpoint"),
     )
     """Largest share of the checkpoint its work log (calls with their last status,
-    the most recent failure, written by code) may take; the summarizer's text gets the rest."""
+    the most recent failure, written by code) may take, once the summarizer's text
+    has its first 160 tokens; the text gets the rest."""
     redactor: Redactor | None = None
     """Removes secrets from everything sent to the summarizer; None sends the history as is."""
     _memo: SummaryMemo = attrs.field(factory=SummaryMemo, init=False, eq=False, repr=False)
@@ -284,7 +288,10 @@ class FullSummary:
         ledger = earlier.update(
             history + prefix, shell_tools=self._shell_tools(), file_tools=self.file_tools
         )
-        log = fit_ledger(ledger, int(limit * self.ledger_share), budget.counter)
+        # The text's first tokens (goal, constraints) come before the log: a small
+        # checkpoint must still say what the user asked.
+        room_for_log = int(max(0, limit - _TEXT_FIRST_TOKENS) * self.ledger_share)
+        log = fit_ledger(ledger, room_for_log, budget.counter)
         references = (removal.reference,) if budget.archiving else ()
         checkpoint, open_file = self._checkpoint(
             without_ledger(text), history + prefix, previous, budget, references, earlier.open_file

@@ -106,7 +106,7 @@ def one_line(text: str, limit: int) -> str:
 
 
 def content_lines(text: str) -> list[str]:
-    """The non-blank lines of a result, without lone markup tags (``<output>``, ``<returncode>``)."""
+    """The non-blank lines of a result, without lone markup tags (``<output>``)."""
     return [line for line in text.splitlines() if line.strip() and not _TAG_LINE.match(line)]
 
 

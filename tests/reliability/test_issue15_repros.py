@@ -58,7 +58,7 @@ async def test_the_failure_microcompact_cleared_is_quoted_by_the_checkpoint() ->
     view = await replay(failing_then_busy(60))
     checkpoint = checkpoint_of(view)
     assert "`python app.py` (failed, exit 1)" in checkpoint.text
-    assert f"## Most recent failure\n- `python app.py` failed with:" in checkpoint.text
+    assert "## Most recent failure\n- `python app.py` failed with:" in checkpoint.text
     assert NAME_ERROR in checkpoint.text
 
 

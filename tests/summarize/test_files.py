@@ -326,6 +326,8 @@ def test_swe_agent_edits_act_on_the_file_the_editor_has_open() -> None:
     assert activity.read == ("pkg/handler.py",)
     assert activity.open_file == "pkg/handler.py"
     # The next stretch starts with the editor where the last one left it.
-    later = track_files([call(3, "edit", "edit 287:295\n  x = 1\nend_of_edit\n")], open_file="pkg/handler.py")
+    later = track_files(
+        [call(3, "edit", "edit 287:295\n  x = 1\nend_of_edit\n")], open_file="pkg/handler.py"
+    )
     assert later.modified == ("pkg/handler.py",)
     assert track_files([call(4, "edit", "edit 1:2\nend_of_edit\n")]).modified == ()

@@ -70,7 +70,14 @@ def failing_test(run: Shell) -> list[Message]:
         ("<returncode>1</returncode>\n<output>\n</output>", Outcome(1, True, None)),
         ("<returncode>0</returncode>\nall good", Outcome(0, False, None)),
     ],
-    ids=["chained-traceback", "pytest-e-line", "editor-syntax-error", "make", "grep-no-match", "ok"],
+    ids=[
+        "chained-traceback",
+        "pytest-e-line",
+        "editor-syntax-error",
+        "make",
+        "grep-no-match",
+        "ok",
+    ],
 )
 def test_how_a_call_ended_and_its_key_line(text: str, expected: Outcome) -> None:
     """The key line closes the last traceback, else the first exception or error line."""
@@ -91,14 +98,16 @@ def test_repeated_commands_collapse_with_their_last_status() -> None:
         ("ls", "ok", 1),
         ("pytest tests/test_dates.py", "ok", 3),
     ]
-    assert ledger.failure is not None and KEY in ledger.failure.output
+    assert ledger.failure is not None
+    assert KEY in ledger.failure.output
 
 
 def test_an_exit_status_with_no_output_does_not_replace_the_last_failure() -> None:
     """grep finding nothing is listed, but the failure quoted stays the one with an error."""
     run = Shell()
     ledger = Ledger().update([*failing_test(run), *run("grep -n foo x.py", "", code=1)])
-    assert ledger.failure is not None and KEY in ledger.failure.output
+    assert ledger.failure is not None
+    assert KEY in ledger.failure.output
     assert ledger.runs[-1].status == "exit 1, no output"
 
 
@@ -139,7 +148,7 @@ async def test_the_last_failure_stays_verbatim_through_later_updates() -> None:
         assert result.applied
         view = list(result.messages)
     checkpoint = next(m for m in view if isinstance(m, ContextSummary))
-    assert f"## Most recent failure\n- `pytest tests/test_dates.py` failed with:" in checkpoint.text
+    assert "## Most recent failure\n- `pytest tests/test_dates.py` failed with:" in checkpoint.text
     assert KEY in checkpoint.text
 
 

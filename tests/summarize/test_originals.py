@@ -58,7 +58,9 @@ def test_cleared_results_are_replaced_by_their_originals_in_order() -> None:
 def test_a_message_with_no_original_in_the_transcript_stays_as_it_is() -> None:
     """A checkpoint or a result shortened before it reached the transcript is kept."""
     checkpoint = ContextSummary(summary="## Goal\n- fix it")
-    orphan = attrs.evolve(Message.tool("zz", "[cleared]", name="bash"), metadata={CLEARED_KEY: True})
+    orphan = attrs.evolve(
+        Message.tool("zz", "[cleared]", name="bash"), metadata={CLEARED_KEY: True}
+    )
     transcript = session(2)
     restored = restore_originals([checkpoint, orphan], transcript)
     assert restored == (checkpoint, orphan)
