@@ -28,7 +28,12 @@ from context_engine.summarize.cut import (
 )
 from context_engine.summarize.files import DEFAULT_FILE_TOOLS, FileToolRule, merge, track_files
 from context_engine.summarize.ledger import Ledger
-from context_engine.summarize.log import fit_ledger, with_ledger, without_ledger
+from context_engine.summarize.log import (
+    fit_ledger,
+    with_ledger,
+    without_ledger,
+    without_listed_files,
+)
 from context_engine.summarize.memo import SummaryMemo
 from context_engine.summarize.originals import restore_originals
 from context_engine.summarize.prompts import DEFAULT_PROMPTS, SummaryPrompts
@@ -297,6 +302,10 @@ class FullSummary:
             without_ledger(text), history + prefix, previous, budget, references, earlier.open_file
         )
         ledger = attrs.evolve(ledger, open_file=open_file)
+        listed = frozenset((*checkpoint.read_files, *checkpoint.modified_files))
+        checkpoint = attrs.evolve(
+            checkpoint, summary=without_listed_files(checkpoint.summary, listed) or text
+        )
         condense = _condense_by_part(call, budget.counter)
         room = max(1, limit - budget.counter.count_text(log))
         bounded = await bound_checkpoint(checkpoint, room, budget.counter, condense)

@@ -112,11 +112,11 @@ class Run:
     key_line: str | None = None
     runs: int = 1
 
-    def item(self) -> str:
+    def item(self, *, key_line: bool = True) -> str:
         """The checkpoint item: label, status (and runs), key error line indented below."""
         times = f", {self.runs} runs" if self.runs > 1 else ""
         head = f"{_code(self.label)} ({self.status}{times})"
-        return f"{head}\n  - {self.key_line}" if self.key_line else head
+        return f"{head}\n  - {self.key_line}" if self.key_line and key_line else head
 
 
 @attrs.frozen
@@ -260,17 +260,20 @@ class Ledger:
         for title, command in ((COMMANDS, True), (TOOLS, False)):
             runs = [run for run in self.runs if run.command is command]
             if runs:
-                section, left = _fitted(title, runs, left)
+                quoted = self.failure.label if self.failure is not None else None
+                section, left = _fitted(title, runs, left, quoted)
                 sections.append(section)
         return "\n\n".join([*sections, failure] if failure else sections)
 
 
-def _fitted(title: str, runs: list[Run], left: int) -> tuple[str, int]:
+def _fitted(title: str, runs: list[Run], left: int, quoted: str | None) -> tuple[str, int]:
+    """One call section in ``left`` characters, newest calls first; the rest counted."""
     heading = f"## {title}"
     shown: list[str] = []
     used = len(heading) + 2
     for run in reversed(runs):  # newest first into the budget
-        item = f"- {run.item()}"
+        # The most recent failure's key line is quoted in its own section already.
+        item = f"- {run.item(key_line=run.label != quoted)}"
         if shown and used + len(item) + 1 + 16 > left:
             break
         shown.append(item)

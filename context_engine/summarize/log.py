@@ -19,11 +19,14 @@ from context_engine.summarize.ledger import LEDGER_KEY, LEDGER_TITLES, Ledger
 from context_engine.summarize.sections import join_prefix, split_prefix
 from context_engine.tokens import TokenCounter
 
-__all__ = ["fit_ledger", "with_ledger", "without_ledger"]
+__all__ = ["fit_ledger", "with_ledger", "without_ledger", "without_listed_files"]
 
 _HEADING = regex.compile(r"^(#{1,6})\s+(.*\S)\s*$")
 _TITLES = frozenset(title.lower() for title in LEDGER_TITLES)
 _FITS = 3  # renderings tried to bring the log under its budget
+_FILE_TITLES = frozenset({"files modified", "files read"})
+_ITEM = regex.compile(r"^\s*[-*]\s+(.*\S)\s*$")
+_NOTE = regex.compile(r"^\s*[-*]\s*\(\+\d+ more\)\s*$")
 
 
 def fit_ledger(ledger: Ledger, max_tokens: int, counter: TokenCounter) -> str:
@@ -55,6 +58,39 @@ def without_ledger(text: str) -> str:
         if not skipping:
             kept.append(line)
     return regex.sub(r"\n{3,}", "\n\n", "\n".join(kept)).strip()
+
+
+def without_listed_files(text: str, paths: frozenset[str]) -> str:
+    """``text`` without the file-list items that are bare ``paths``.
+
+    The checkpoint lists its files itself (``<read-files>``, ``<modified-files>``);
+    a summarizer's *Files modified* / *Files read* section of bare paths says
+    them twice. Items that say more (what changed) stay; a section left with
+    nothing but a ``(+N more)`` note goes whole.
+    """
+    out: list[str] = []
+    section: list[str] | None = None  # lines of the file section being read
+
+    def flush() -> None:
+        if section is not None and any(not _NOTE.match(line) for line in section[1:]):
+            out.extend(section)
+
+    for line in text.splitlines():
+        heading = _HEADING.match(line)
+        if heading is not None:
+            flush()
+            section = [line] if heading[2].strip().lower() in _FILE_TITLES else None
+            if section is None:
+                out.append(line)
+            continue
+        if section is None:
+            out.append(line)
+            continue
+        item = _ITEM.match(line)
+        if item is None or item[1] not in paths:
+            section.append(line)
+    flush()
+    return regex.sub(r"\n{3,}", "\n\n", "\n".join(out)).strip()
 
 
 async def with_ledger(

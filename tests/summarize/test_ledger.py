@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ from context_engine.strategies import FullSummary
 from context_engine.strategies.base import Budget
 from context_engine.summarize.extractive import ExtractiveSummarizer
 from context_engine.summarize.ledger import LEDGER_KEY, Ledger
-from context_engine.summarize.log import without_ledger
+from context_engine.summarize.log import without_ledger, without_listed_files
 from context_engine.summarize.outcome import Outcome, outcome
 from context_engine.testing import FixedTokenCounter, RecordingSummarizer
 
@@ -161,7 +162,7 @@ async def test_a_model_cannot_call_a_failed_command_ok() -> None:
     )
     strategy = FullSummary(summarizer=RecordingSummarizer([answer]), keep_recent_tokens=1)
     view = [Message.system("sys"), Message.user("Fix dates"), *failing_test(run)]
-    view += [*run("ls -la", "total 0\n" * 400), *run("ls", "")]
+    view += [*run("ls -la", "total 0\n" * 3000), *run("ls", "")]
     result = await strategy.apply(view, view, budget(view, measure(view) - 10))
     assert result.applied
     text = next(m for m in result.messages if isinstance(m, ContextSummary)).summary
@@ -180,3 +181,38 @@ def test_sections_with_the_ledgers_titles_are_removed_at_any_level() -> None:
     assert without_ledger(text) == (
         "## Goal\n- a\n\n## Earlier in the current request\n### Decisions\n- b"
     )
+
+
+def test_file_list_items_the_checkpoint_lists_itself_are_not_repeated() -> None:
+    """Bare paths go (the checkpoint's file blocks hold them); items saying more stay."""
+    text = (
+        "## Goal\n- a\n\n## Files modified\n- src/a.py\n- src/b.py: renamed parse()\n\n"
+        "## Files read\n- README.md\n- (+2 more)"
+    )
+    listed = frozenset({"src/a.py", "src/b.py", "README.md"})
+    assert without_listed_files(text, listed) == (
+        "## Goal\n- a\n\n## Files modified\n- src/b.py: renamed parse()"
+    )
+
+
+async def test_the_editor_s_open_file_is_carried_to_the_next_checkpoint() -> None:
+    """An `edit` after the cut acts on the file an `open` before it named."""
+
+    def editor(index: int, name: str, command: str) -> list[Message]:
+        call = ToolCall(f"e{index}", name, json.dumps({"command": command}))
+        return [Message.assistant("", tool_calls=[call]), Message.tool(f"e{index}", "x\n" * 300)]
+
+    strategy = FullSummary(summarizer=ExtractiveSummarizer(), keep_recent_tokens=1)
+    view: list[Message] = [Message.system("sys"), Message.user("Fix the handler")]
+    view += [*editor(0, "open", "open pkg/handler.py 1"), *editor(1, "goto", "goto 20")]
+    first = await strategy.apply(view, view, budget(view, measure(view) // 2))
+    assert first.applied
+    view = [
+        *first.messages,
+        *editor(2, "edit", "edit 3:4\n  x = 1\nend_of_edit"),
+        *editor(3, "goto", "goto 1"),
+    ]
+    second = await strategy.apply(view, view, budget(view, measure(view) // 2))
+    assert second.applied
+    checkpoint = next(m for m in second.messages if isinstance(m, ContextSummary))
+    assert "pkg/handler.py" in checkpoint.modified_files
