@@ -142,8 +142,8 @@ class FullSummary:
         validator=share(exclusive_minimum=True, fix="0.6 gives the work log 3/5 of the checkpoint"),
     )
     """Largest share of the checkpoint its work log (calls with their last status,
-    the most recent failure, written by code) may take, once the summarizer's text
-    has its first 160 tokens; the text gets the rest."""
+    the most recent failure, written by code) may take; the summarizer's text gets
+    the rest, and at least its first 160 tokens."""
     redactor: Redactor | None = None
     """Removes secrets from everything sent to the summarizer; None sends the history as is."""
     _memo: SummaryMemo = attrs.field(factory=SummaryMemo, init=False, eq=False, repr=False)
@@ -295,7 +295,7 @@ class FullSummary:
         )
         # The text's first tokens (goal, constraints) come before the log: a small
         # checkpoint must still say what the user asked.
-        room_for_log = int(max(0, limit - _TEXT_FIRST_TOKENS) * self.ledger_share)
+        room_for_log = min(int(limit * self.ledger_share), max(0, limit - _TEXT_FIRST_TOKENS))
         log = fit_ledger(ledger, room_for_log, budget.counter)
         references = (removal.reference,) if budget.archiving else ()
         checkpoint, open_file = self._checkpoint(

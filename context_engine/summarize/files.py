@@ -81,6 +81,7 @@ __all__ = [
     "check_file_tools",
     "files_in_call",
     "merge",
+    "parse_arguments",
     "track_files",
 ]
 
@@ -237,7 +238,8 @@ def _argument_paths(arguments: Mapping[str, object]) -> list[str]:
     return found
 
 
-def _parse_arguments(raw: str) -> Mapping[str, object] | None:
+def parse_arguments(raw: str) -> Mapping[str, object] | None:
+    """A tool call's arguments as a JSON object, or None when they are not one."""
     try:
         value = json.loads(raw)
     except (ValueError, RecursionError):
@@ -269,7 +271,7 @@ def _files_in_call(
     rule = tools.get(call.name)
     if rule is None:
         return None
-    arguments = _parse_arguments(call.arguments)
+    arguments = parse_arguments(call.arguments)
     if rule == "shell" or rule == "python":
         return _command_writes(rule, command_text(arguments or call.arguments), state.scripts)
     if call.name in _CURSOR_VERBS and arguments is not None and not _argument_paths(arguments):

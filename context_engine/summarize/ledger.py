@@ -14,14 +14,18 @@ the next checkpoint instead of being lost; the text shows what fits
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 
 import attrs
 
 from context_engine.messages import Message, ToolCall
 from context_engine.structure import TRUNCATION_KEY
-from context_engine.summarize.files import DEFAULT_FILE_TOOLS, FileToolRule, files_in_call
+from context_engine.summarize.files import (
+    DEFAULT_FILE_TOOLS,
+    FileToolRule,
+    files_in_call,
+    parse_arguments,
+)
 from context_engine.summarize.outcome import content_lines, one_line, outcome
 from context_engine.summarize.shell import DEFAULT_SHELL_TOOLS, command_text
 
@@ -59,14 +63,6 @@ def _code(label: str) -> str:
     return f"`` {label} ``" if "`" in label else f"`{label}`"
 
 
-def _arguments(raw: str) -> Mapping[str, object] | str:
-    try:
-        value = json.loads(raw)
-    except (ValueError, RecursionError):
-        return raw
-    return value if isinstance(value, dict) else raw
-
-
 def _opening(text: str) -> str:
     """A command's first line, and the next ones while it is left open.
 
@@ -87,7 +83,7 @@ def _opening(text: str) -> str:
 def call_label(call: ToolCall, shell_tools: frozenset[str] = DEFAULT_SHELL_TOOLS) -> str:
     """How a call is named in a checkpoint: a command's opening, else ``tool(arguments)``."""
     if call.name in shell_tools:
-        text = command_text(_arguments(call.arguments))
+        text = command_text(parse_arguments(call.arguments) or call.arguments)
         if text is not None and text.strip():
             return one_line(_opening(text), _LABEL_CHARS)
     return f"{call.name}({one_line(call.arguments, _ARGUMENT_CHARS)})"
