@@ -290,9 +290,10 @@ class FullSummary:
         call = self._summary_call(budget, instructions)
         text = await self._write(call, history, prefix, previous)
         earlier = Ledger.of(previous)
-        ledger = earlier.update(
-            history + prefix, shell_tools=self._shell_tools(), file_tools=self.file_tools
-        )
+        logged = history + prefix
+        if self.redactor is not None:  # the log quotes commands and output: no secrets in it
+            logged = redact_messages(logged, self.redactor)
+        ledger = earlier.update(logged, shell_tools=self._shell_tools(), file_tools=self.file_tools)
         # The text's first tokens (goal, constraints) come before the log: a small
         # checkpoint must still say what the user asked.
         room_for_log = min(int(limit * self.ledger_share), max(0, limit - _TEXT_FIRST_TOKENS))

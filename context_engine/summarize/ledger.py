@@ -83,7 +83,8 @@ def _opening(text: str) -> str:
 def call_label(call: ToolCall, shell_tools: frozenset[str] = DEFAULT_SHELL_TOOLS) -> str:
     """How a call is named in a checkpoint: a command's opening, else ``tool(arguments)``."""
     if call.name in shell_tools:
-        text = command_text(parse_arguments(call.arguments) or call.arguments)
+        arguments = parse_arguments(call.arguments)
+        text = command_text(call.arguments if arguments is None else arguments)
         if text is not None and text.strip():
             return one_line(_opening(text), _LABEL_CHARS)
     return f"{call.name}({one_line(call.arguments, _ARGUMENT_CHARS)})"

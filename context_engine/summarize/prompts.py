@@ -30,27 +30,25 @@ Write a checkpoint of the conversation below. Use these headings, in this order,
 and keep every fact the agent needs to carry on without asking again:
 
 ## Goal
-Every request the user made, in their words (verbatim when short), oldest first.
+Every request of the user, in their words when short.
 ## Constraints
-Rules, preferences and limits the user stated (quote them).
+Rules, preferences and limits the user stated (quoted).
 ## Files modified
-Files created, changed or deleted (editor tools and shell commands alike), with what changed.
+Files changed (by editor or shell), and how.
 ## Files read
-Files the agent read or inspected.
 ## Commands run
-Commands and tests run, each once with how its latest run ended; a failure with its key error line.
+Each once, with how it last ended; failures with their error line.
 ## Most recent failure
-The latest error, quoted exactly, and whether it was resolved.
+The latest error, quoted exactly.
 ## Decisions
-Names, values, paths, identifiers, and why choices were made.
+Names, values, paths, and why choices were made.
 ## Latest progress
-What is done and the step the agent was on when this part ends.
+What is done; the step in progress.
 ## Next steps
-What remains, in order, starting with what the agent was doing last.
+What remains, in order.
 
-The system also records the files, the commands and the most recent failure from
-the conversation itself and merges its record into your checkpoint.
-Be specific and dense; prefer lists. You may think first inside <analysis></analysis>;
+Files, commands and the last failure are also recorded by the system and merged in.
+Be specific and dense. You may think first inside <analysis></analysis>;
 put the checkpoint itself inside <summary></summary>."""
 
 _UPDATE = """\

@@ -557,8 +557,10 @@ def test_an_overflow_on_the_call_that_wrote_a_checkpoint_keeps_the_checkpoint(
     assert str(result).strip() == "All modules reviewed."
     first, retry = (from_strands(sent, system_prompt=SYSTEM) for sent in model.received)
     assert first[1].is_summary
-    assert retry[1].text == first[1].text  # the retry starts with that very checkpoint
+    # The retry starts with that very checkpoint (its middle trimmed if the target is tight).
+    assert retry[1].is_summary
+    assert retry[1].text[:120] == first[1].text[:120]
     assert len(retry) < len(first)
     assert summaries[0] >= 1
     assert summarizer.calls == summaries[0]  # the recovery wrote no second summary
-    assert from_strands(run.agent.messages)[0].text == first[1].text  # the history keeps it
+    assert from_strands(run.agent.messages)[0].text == retry[1].text  # the history keeps it
