@@ -14,17 +14,9 @@ import re
 from bisect import bisect_left, bisect_right
 from itertools import accumulate
 
-__all__ = ["ERROR_LINE", "preview"]
+from context_engine.summarize.outcome import ERROR_LINE
 
-ERROR_LINE = re.compile(
-    r"Traceback \(most recent call last\)"
-    r"|(?:Error|Exception)\b"  # ValueError, AssertionError, RuntimeException
-    r"|\b(?:error|fatal|panic)(?:\[\w+\])?:"  # compilers, git: "error: ...", "error[E0308]:"
-    r"|\b(?:ERROR|FATAL|FAILED|FAIL|FAILURE|CRITICAL)\b"
-    r"|\b[Ee]xception\b|\bpanicked at\b|Segmentation fault"
-    r"|\b[Ee]xit (?:code|status)\b|\bexited with\b|\breturned non-zero\b"
-)
-"""Matches a line worth keeping from the omitted middle of a capped output."""
+__all__ = ["ERROR_LINE", "preview"]
 
 # Words every ERROR_LINE match contains, as plain alternatives: Python's re scans
 # for these about twenty times faster than for ERROR_LINE itself, which only

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -17,7 +18,7 @@ from context_engine.events import SummaryInfo
 from context_engine.messages import ContextSummary, Message
 from context_engine.redact import Redactor, redact_messages
 from context_engine.strategies.base import Budget, Removal, StrategyResult
-from context_engine.structure import analyze
+from context_engine.structure import Shape, analyze
 from context_engine.summarize.bound import Ask, Condensed, bound_checkpoint, with_condensed
 from context_engine.summarize.cut import (
     CutPoint,
@@ -30,13 +31,22 @@ from context_engine.summarize.extractive import ExtractiveSummarizer
 from context_engine.summarize.files import DEFAULT_FILE_TOOLS, FileToolRule, merge, track_files
 from context_engine.summarize.gate import Review, gated
 from context_engine.summarize.instructions import keep_instructions
+from context_engine.summarize.ledger import Ledger
+from context_engine.summarize.log import (
+    fit_ledger,
+    with_ledger,
+    without_ledger,
+    without_listed_files,
+)
 from context_engine.summarize.memo import SummaryMemo
+from context_engine.summarize.originals import restore_originals
 from context_engine.summarize.prompts import DEFAULT_PROMPTS, SummaryPrompts
 from context_engine.summarize.reattach import reattach
 from context_engine.summarize.rehydrate import Rehydration
 from context_engine.summarize.request import Summarizer
 from context_engine.summarize.run import Deadline, SummaryCall, strip_images
 from context_engine.summarize.sections import join_prefix, split_prefix
+from context_engine.summarize.shell import DEFAULT_SHELL_TOOLS
 from context_engine.tokens import TokenCounter
 
 __all__ = ["FullSummary", "PostSummaryHook", "default_keep_recent_tokens"]
@@ -52,6 +62,9 @@ PostSummaryHook: TypeAlias = Callable[
 threshold, reduced by the messages of earlier hooks. Messages that do not fit
 in ``room`` are dropped (and logged).
 """
+
+
+_TEXT_FIRST_TOKENS = 160
 
 
 def default_keep_recent_tokens(threshold: int) -> int:
@@ -98,7 +111,9 @@ class FullSummary:
         default=None, validator=positive_int(optional=True)
     )
     """Tokens kept verbatim at the end; None: ``clamp(threshold / 4, 2000, 20000)``,
-    and at most a quarter of the view for ``compact`` and ``recover_overflow``."""
+    and at most a quarter of the view for ``compact`` and ``recover_overflow``; with
+    None, fewer are kept when the checkpoint and the kept messages could not fit
+    the threshold together (a later cut, a turn split if need be)."""
     summarizer_window: int | None = attrs.field(default=None, validator=positive_int(optional=True))
     """The summarizer model's window; None: the engine's window. Longer histories are chunked."""
     max_summary_tokens: int = attrs.field(default=4096, validator=positive_int())
@@ -128,6 +143,13 @@ class FullSummary:
         ),
     )
     """Largest share of the threshold the checkpoint may take; a longer one is condensed."""
+    ledger_share: float = attrs.field(
+        default=0.6,
+        validator=share(exclusive_minimum=True, fix="0.6 gives the work log 3/5 of the checkpoint"),
+    )
+    """Largest share of the checkpoint its work log (calls with their last status,
+    the most recent failure, written by code) may take; the summarizer's text gets
+    the rest, and at least its first 160 tokens."""
     redactor: Redactor | None = None
     """Removes secrets from everything sent to the summarizer; None sends the history as is."""
     rehydrate: Rehydration | None = None
@@ -142,7 +164,7 @@ class FullSummary:
         """Write a checkpoint when the view is above the threshold."""
         if budget.tokens <= budget.threshold:
             return StrategyResult.unchanged(view)
-        return await self._compact(tuple(view), budget, None)
+        return await self._compact(tuple(view), budget, None, transcript)
 
     async def force_apply(
         self,
@@ -152,10 +174,14 @@ class FullSummary:
         instructions: str | None = None,
     ) -> StrategyResult:
         """Write a checkpoint from the full transcript, even below the threshold."""
-        return await self._compact(tuple(transcript), budget, instructions)
+        return await self._compact(tuple(transcript), budget, instructions, ())
 
     async def _compact(
-        self, view: tuple[Message, ...], budget: Budget, instructions: str | None
+        self,
+        view: tuple[Message, ...],
+        budget: Budget,
+        instructions: str | None,
+        transcript: Sequence[Message],
     ) -> StrategyResult:
         started = time.perf_counter()
         shape = analyze(view)
@@ -164,38 +190,40 @@ class FullSummary:
             # On demand, compact something even when the history is shorter than the default.
             keep = min(keep, max(1, budget.tokens // 4))
         cut = find_cut_point(view, shape, budget.counter, keep)
-        if cut is None:
-            return StrategyResult.unchanged(view)
+        # The caller's own keep_recent_tokens is kept to, even when the view will not fit.
+        fits = self.keep_recent_tokens is None
         previous_index = leading_checkpoint(view, shape)
         previous = view[previous_index] if previous_index >= 0 else None
-        history = tuple(view[i] for i in cut.history)
-        prefix = tuple(view[i] for i in cut.turn_prefix)
-        if not history and not prefix:
+        expected = self._expected_size(previous, budget)
+        if fits and _over(view, shape, budget, cut, expected):
+            cut = _later_cut(view, shape, budget, keep, expected) or cut
+        if cut is None or cut.compacted_count == 0:
             return StrategyResult.unchanged(view)
         problem = self._summary_call(budget, instructions).window_problem()
         if problem is not None:
             # Recorded as a no-op so the pipeline's next strategy still runs.
             return StrategyResult.unchanged(view, error=problem)
-        removal = Removal("messages", replaced_messages(view, cut))
-        write = partial(self._write_gated, history, prefix, previous, budget, removal, instructions)
-        review = Review(
-            originals=history + prefix,
-            previous=previous,
-            tokens_before=budget.tokens,
-            measure=lambda written: budget.measure(rebuild_view(view, cut, written)),
-            file_tools=self.file_tools,
-            redact=self._redact,
+        write = functools.partial(
+            self._write_at, view, previous=previous, budget=budget,
+            instructions=instructions, transcript=transcript,
+        )  # fmt: skip
+        removal, checkpoint, compacted, rejected = await write(cut)
+        if fits and budget.measure(compacted) > budget.threshold:
+            # Longer than expected: a later cut, so the last resort drops nothing unsummarized.
+            size = budget.counter.count_message(checkpoint)
+            later = _later_cut(view, shape, budget, keep, size)
+            if later is not None and later.index > cut.index:
+                cut = later
+                removal, checkpoint, compacted, rejected = await write(cut)
+        replaced = restore_originals(
+            tuple(view[i] for i in (*cut.history, *cut.turn_prefix)), transcript
         )
-        extractive = isinstance(self.summarizer, ExtractiveSummarizer)
-        fallback = None if extractive else partial(write, ExtractiveSummarizer())
-        checkpoint, rejected = await gated(partial(write, self.summarizer), fallback, review)
-        compacted = rebuild_view(view, cut, checkpoint)
         compacted, checkpoint = await reattach(
             compacted,
             cut.lead_end,
             checkpoint,
             budget,
-            history + prefix,
+            replaced,
             self.rehydrate,
             self.file_tools,
         )
@@ -215,6 +243,47 @@ class FullSummary:
             removed=(removal,),
         )
 
+    def _expected_size(self, previous: Message | None, budget: Budget) -> int:
+        """What the checkpoint will likely take: about its predecessor's size, at most the limit."""
+        limit = self.checkpoint_limit(budget.threshold)
+        if previous is None:
+            return limit // 2
+        return min(limit, budget.counter.count_message(previous))
+
+    async def _write_at(
+        self,
+        view: tuple[Message, ...],
+        cut: CutPoint,
+        previous: Message | None,
+        budget: Budget,
+        instructions: str | None,
+        transcript: Sequence[Message],
+    ) -> tuple[Removal, ContextSummary, tuple[Message, ...], str | None]:
+        """What writing a checkpoint at ``cut`` gives.
+
+        The removal, the checkpoint (past the quality gate), the view rebuilt
+        around it, and why the gate rejected the summarizer's checkpoint (None
+        when it did not).
+        """
+        history = tuple(view[i] for i in cut.history)
+        prefix = tuple(view[i] for i in cut.turn_prefix)
+        removal = Removal("messages", replaced_messages(view, cut))
+        write = partial(
+            self._write_gated, history, prefix, previous, budget, removal, instructions, transcript
+        )
+        review = Review(
+            originals=restore_originals(history + prefix, transcript),
+            previous=previous,
+            tokens_before=budget.tokens,
+            measure=lambda written: budget.measure(rebuild_view(view, cut, written)),
+            file_tools=self.file_tools,
+            redact=self._redact,
+        )
+        extractive = isinstance(self.summarizer, ExtractiveSummarizer)
+        fallback = None if extractive else partial(write, ExtractiveSummarizer())
+        checkpoint, rejected = await gated(partial(write, self.summarizer), fallback, review)
+        return removal, checkpoint, rebuild_view(view, cut, checkpoint), rejected
+
     async def _write_gated(
         self,
         history: tuple[Message, ...],
@@ -223,6 +292,7 @@ class FullSummary:
         budget: Budget,
         removal: Removal,
         instructions: str | None,
+        transcript: Sequence[Message],
         summarizer: Summarizer,
     ) -> ContextSummary:
         """The checkpoint ``summarizer`` writes, opened by the user's instructions (by code)."""
@@ -237,7 +307,14 @@ class FullSummary:
             limit: int,
         ) -> ContextSummary:
             return await writer.write_checkpoint(
-                history, prefix, previous, budget, removal, limit=limit, instructions=instructions
+                history,
+                prefix,
+                previous,
+                budget,
+                removal,
+                limit=limit,
+                instructions=instructions,
+                transcript=transcript,
             )
 
         limit = self.checkpoint_limit(budget.threshold)
@@ -264,6 +341,7 @@ class FullSummary:
         *,
         limit: int,
         instructions: str | None = None,
+        transcript: Sequence[Message] = (),
     ) -> ContextSummary:
         """The checkpoint replacing ``removal``'s originals, at most ``limit`` tokens.
 
@@ -273,18 +351,48 @@ class FullSummary:
         an archive the checkpoint names ``removal``'s reference (its own
         range only: the previous checkpoint is among those originals).
 
+        The summarizer reads the originals: a message an earlier strategy of
+        the same call shortened (a cleared result, a trimmed text) is replaced
+        by its original from ``transcript`` (`restore_originals`). The
+        checkpoint's command list and most recent failure are written by code
+        (`Ledger`), merged with ``previous``'s, and take at most
+        ``ledger_share`` of ``limit``; the summarizer's text gets the rest.
+
         Raises:
             SummarizerError: the summarizer failed, or its window cannot hold a chunk.
         """
-        history, prefix = strip_images(history), strip_images(prefix)
+        history = strip_images(restore_originals(history, transcript))
+        prefix = strip_images(restore_originals(prefix, transcript))
         if self.redactor is not None and instructions is not None:
             instructions = self.redactor.redact(instructions)  # they reach the summarizer too
         call = self._summary_call(budget, instructions)
         text = await self._write(call, history, prefix, previous)
+        earlier = Ledger.of(previous)
+        logged = history + prefix
+        if self.redactor is not None:  # the log quotes commands and output: no secrets in it
+            logged = redact_messages(logged, self.redactor)
+        ledger = earlier.update(logged, shell_tools=self._shell_tools(), file_tools=self.file_tools)
+        # The text's first tokens (goal, constraints) come before the log: a small
+        # checkpoint must still say what the user asked.
+        room_for_log = min(int(limit * self.ledger_share), max(0, limit - _TEXT_FIRST_TOKENS))
+        log = fit_ledger(ledger, room_for_log, budget.counter)
         references = (removal.reference,) if budget.archiving else ()
-        checkpoint = self._checkpoint(text, history + prefix, previous, budget, references)
+        checkpoint, open_file = self._checkpoint(
+            without_ledger(text), history + prefix, previous, budget, references, earlier.open_file
+        )
+        ledger = attrs.evolve(ledger, open_file=open_file)
+        listed = frozenset((*checkpoint.read_files, *checkpoint.modified_files))
+        checkpoint = attrs.evolve(
+            checkpoint, summary=without_listed_files(checkpoint.summary, listed) or text
+        )
         condense = _condense_by_part(call, budget.counter)
-        return await bound_checkpoint(checkpoint, limit, budget.counter, condense)
+        room = max(1, limit - budget.counter.count_text(log))
+        bounded = await bound_checkpoint(checkpoint, room, budget.counter, condense)
+        return await with_ledger(bounded, ledger, log, limit, budget.counter)
+
+    def _shell_tools(self) -> frozenset[str]:
+        commands = (name for name, rule in self.file_tools.items() if rule in ("shell", "python"))
+        return DEFAULT_SHELL_TOOLS | frozenset(commands)
 
     def _summary_call(self, budget: Budget, instructions: str | None) -> SummaryCall:
         window = self.summarizer_window or budget.window
@@ -334,10 +442,19 @@ class FullSummary:
         previous: Message | None,
         budget: Budget,
         references: tuple[str, ...],
-    ) -> ContextSummary:
-        activity = track_files(compacted, self.file_tools)
+        open_file: str | None,
+    ) -> tuple[ContextSummary, str | None]:
+        """The checkpoint with its file lists, and the editor's open file at its end."""
+        activity = track_files(compacted, self.file_tools, open_file=open_file)
+        earlier = Condensed.of(previous)
         if isinstance(previous, ContextSummary):
-            activity = merge(previous.read_files, previous.modified_files, activity)
+            # Files an earlier bound moved to the metadata come back: the lists
+            # are bounded again below, and what still does not fit moves again.
+            activity = merge(
+                (*earlier.read_files, *previous.read_files),
+                (*earlier.modified_files, *previous.modified_files),
+                activity,
+            )
         read, modified = activity.read, activity.modified
         if self.redactor is not None:
             # Paths come from the unredacted history (a URL with its password, a token in
@@ -353,8 +470,8 @@ class FullSummary:
         )
         # With an archive the previous checkpoint, metadata included, is recallable
         # under this one's reference; without one, what it condensed out travels on.
-        carried = Condensed() if budget.archiving else Condensed.of(previous)
-        return with_condensed(checkpoint, carried)
+        carried = Condensed() if budget.archiving else Condensed(items=earlier.items)
+        return with_condensed(checkpoint, carried), activity.open_file
 
     async def _run_hooks(
         self,
@@ -415,6 +532,45 @@ class FullSummary:
             modified_files=checkpoint.modified_files,
             references=checkpoint.references[-1:],
         )
+
+
+def _room(view: tuple[Message, ...], shape: Shape, budget: Budget, size: int) -> int:
+    """Tokens left for the kept messages next to the leading block and a checkpoint of ``size``."""
+    lead = sum(budget.counter.count_message(view[i]) for i in range(shape.lead_end))
+    return budget.threshold - budget.overhead_tokens - lead - size
+
+
+def _over(
+    view: tuple[Message, ...], shape: Shape, budget: Budget, cut: CutPoint | None, size: int
+) -> bool:
+    """Whether ``cut`` (None: no cut) with a checkpoint of ``size`` leaves the view over."""
+    if budget.tokens <= budget.threshold:
+        return False
+    return cut is None or cut.kept_tokens > _room(view, shape, budget, size)
+
+
+def _later_cut(
+    view: tuple[Message, ...], shape: Shape, budget: Budget, keep: int, size: int
+) -> CutPoint | None:
+    """A cut keeping fewer than ``keep`` tokens, so a checkpoint of ``size`` fits with them.
+
+    Without it a last-resort truncation would drop the oldest kept messages
+    from the view with no summary at all. No slack either: keeping a turn
+    whole would leave its head to that truncation. A split turn's user message
+    counts as kept, so the kept tokens are tried without it, then the protected
+    tail alone.
+    """
+    room = _room(view, shape, budget, size)
+    last = shape.last_user
+    user = budget.counter.count_message(view[last]) if last >= 0 else 0
+    found = None
+    for target in (min(keep, room), room - user, 0):
+        later = find_cut_point(view, shape, budget.counter, max(0, target), slack_tokens=0)
+        if later is not None:
+            found = later
+            if later.kept_tokens <= room:
+                break
+    return found
 
 
 def _condense_by_part(call: SummaryCall, counter: TokenCounter) -> Ask:

@@ -8,7 +8,6 @@ checkpoint back (`_parse`) and fitting the sections under the size bound
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 
@@ -17,16 +16,16 @@ import regex
 
 from context_engine._validate import int_at_least
 from context_engine.errors import ConfigurationError
-from context_engine.messages import ContextSummary, Message, ToolCall
+from context_engine.messages import ContextSummary, Message
 from context_engine.structure import TRUNCATION_KEY, is_user_message
 from context_engine.summarize.files import (
     DEFAULT_FILE_TOOLS,
     FileToolRule,
     check_file_tools,
-    files_in_call,
     merge,
     track_files,
 )
+from context_engine.summarize.ledger import COMMANDS, FAILURE, TOOLS, Ledger
 from context_engine.summarize.request import SummaryRequest
 from context_engine.summarize.shell import DEFAULT_SHELL_TOOLS
 
@@ -34,13 +33,11 @@ __all__ = ["DEFAULT_SHELL_TOOLS", "SECTION_TITLES", "ExtractiveSummarizer"]
 
 SECTION_TITLES: tuple[str, ...] = (
     "Focus requested by the user", "Lines matching the focus", "Goal", "Constraints",
-    "Files modified", "Files read", "Commands run", "Other tool calls", "Decisions",
+    "Files modified", "Files read", COMMANDS, TOOLS, FAILURE, "Decisions",
     "Latest progress", "Next steps",
 )  # fmt: skip
 """The section headings `ExtractiveSummarizer` writes, in the order it writes them."""
-FOCUS, MATCHING, GOAL, CONSTRAINTS, MODIFIED, READ, COMMANDS, TOOLS, DECISIONS, PROGRESS, NEXT = (
-    SECTION_TITLES
-)
+FOCUS, MATCHING, GOAL, CONSTRAINTS, MODIFIED, READ, *_, DECISIONS, PROGRESS, NEXT = SECTION_TITLES
 
 _ALL = 1 << 30
 _EMPTY = "Nothing to summarize: the summarized part holds no requests, tool calls or text."
@@ -58,20 +55,22 @@ class _Spec:
 _SPECS = {
     spec.title: spec
     for spec in (
-        _Spec(FOCUS, 3, 3, 1), _Spec(MATCHING, 10, 5, 2), _Spec(GOAL, 2, 0, 2, pin_first=True),
+        _Spec(FOCUS, 3, 3, 1), _Spec(MATCHING, 10, 5, 2), _Spec(GOAL, 8, 0, 2, pin_first=True),
         _Spec(CONSTRAINTS, 10, 0, 3), _Spec(MODIFIED, _ALL, _ALL, _ALL), _Spec(READ, 60, 20, 10),
-        _Spec(COMMANDS, 25, 8, 5), _Spec(TOOLS, 15, 5, 3), _Spec(DECISIONS, 8, 3, 2),
-        _Spec(PROGRESS, 3, 2, 1), _Spec(NEXT, 6, 3, 2),
+        _Spec(COMMANDS, 25, 8, 5), _Spec(TOOLS, 15, 5, 3), _Spec(FAILURE, 1, 1, 1),
+        _Spec(DECISIONS, 8, 3, 2), _Spec(PROGRESS, 3, 2, 1), _Spec(NEXT, 6, 3, 2),
     )
 }  # fmt: skip
 _OTHER = _Spec("", 0, 0, 0)
 # When hiding down to the floors is not enough, whole sections give way in this
 # order ("" stands for the sections only an earlier checkpoint had); files modified last.
 _GIVE_WAY = (
-    TOOLS, MATCHING, PROGRESS, DECISIONS, READ, "", COMMANDS, NEXT, CONSTRAINTS, GOAL, FOCUS,
+    TOOLS, MATCHING, PROGRESS, DECISIONS, READ, "", COMMANDS, NEXT, FAILURE, CONSTRAINTS, GOAL,
+    FOCUS,
 )  # fmt: skip
 
 _HEADING = regex.compile(r"^#{1,6}\s+(.*\S)\s*$")
+_LABEL = regex.compile(r"^(``? .*? ``?|`[^`]*`) \(")
 _NOTE = regex.compile(r"^[-*]?\s*\(\+\d+ more\)\s*$")
 _BULLET = regex.compile(r"^\s*(?:[-*•]|\d+[.)])\s+")
 _FENCE = regex.compile(r"```.*?(?:```|\Z)", regex.DOTALL)
@@ -94,17 +93,6 @@ _TODO = regex.compile(
     r"\b(?:TODO|FIXME)\b.*\S"
     r"|^\s*(?:[-*]\s*)?(?:\[ \]\s*\S|(?i:next(?: steps?)?|remaining|still to do)\s*:\s*\S).*"
 )
-_ERROR = regex.compile(
-    r"(?i:\w*(?:error|exception)s?\b|\b(?:fail(?:ed|ure|ures|s)?|traceback|assert\w*|fatal|panic|"
-    r"denied|cannot|can't|invalid|not found|no such file|no module named|segmentation fault)\b)"
-)
-_NO_ERROR = regex.compile(r"(?i)\b(?:0|no|zero) (?:errors?|failures?|failed)\b")
-_EXIT = regex.compile(
-    r"<returncode>\s*(?P<code>-?\d+)\s*</returncode>"
-    r"|(?i:\bexit (?:code|status)\b)[:=\s]*(?P<code>-?\d+)"
-)
-_TAG_LINE = regex.compile(r"^\s*(?:</?[A-Za-z_][\w-]*>\s*)+$|^\s*<returncode>.*</returncode>\s*$")
-_COMMAND_KEYS = ("command", "cmd", "commands", "script")
 _WORD = regex.compile(rf"[^\W\d_{_CJK}][\w-]{{3,}}|[{_CJK}]+")
 _STOPWORDS = frozenset(
     regex.split(
@@ -144,59 +132,6 @@ def _keywords(focus: Sequence[str]) -> frozenset[str]:
 def _score(text: str, keywords: frozenset[str]) -> int:
     lowered = text.lower()
     return sum(1 for stem in keywords if stem in lowered)
-
-
-def _code(label: str) -> str:
-    return f"`` {label} ``" if "`" in label else f"`{label}`"
-
-
-def _json_object(raw: str) -> Mapping[str, object]:
-    try:
-        value = json.loads(raw)
-    except (ValueError, RecursionError):
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def _command_label(call: ToolCall) -> str:
-    arguments = _json_object(call.arguments)
-    value = next((arguments[key] for key in _COMMAND_KEYS if key in arguments), None)
-    if isinstance(value, list) and value and all(isinstance(part, str) for part in value):
-        shell_c = len(value) >= 3 and value[1] in ("-c", "-lc")
-        value = value[-1] if shell_c else " ".join(value)
-    if isinstance(value, str) and value.strip():
-        lines = value.strip().splitlines()
-        return _one_line(lines[0] + (" …" if len(lines) > 1 else ""), 160)
-    return f"{call.name}({_one_line(call.arguments, 120)})"
-
-
-def _outcome(result: str | None) -> tuple[str, list[str]]:
-    """The status of a call from its result text, and the error lines worth quoting.
-
-    A stated exit code decides; without one, a traceback or an error-like first
-    or last line means failure.
-    """
-    if result is None:
-        return "no result yet", []
-    lines = [line for line in result.splitlines() if line.strip() and not _TAG_LINE.match(line)]
-    errors = [line for line in lines if _ERROR.search(line) and not _NO_ERROR.search(line)]
-    code = _EXIT.search(result)
-    if code is not None:
-        failed = int(code["code"]) != 0
-    else:  # file contents mention errors too: only the first and last lines decide
-        failed = "Traceback (most recent call last)" in result or any(
-            line in errors for line in (lines[:1] + lines[-1:])
-        )
-    if not failed:
-        return "ok", []
-    quoted = errors[-3:] or lines[-1:]
-    status = f"failed, exit {code['code']}" if code else "failed"
-    return status, [_one_line(line, 200) for line in quoted]
-
-
-def _call_item(label: str, result: str | None) -> str:
-    status, errors = _outcome(result)
-    return "\n".join([f"{_code(label)} ({status})", *(f"  - {line}" for line in errors)])
 
 
 def _parse(text: str) -> list[tuple[str, list[str]]]:
@@ -292,7 +227,20 @@ def _picked(texts: Iterable[str], cue: regex.Pattern[str], chars: int) -> list[s
 
 
 def _goal(users: Sequence[str], chars: int) -> list[str]:
-    return _dedupe([_one_line(users[0], chars), _one_line(users[-1], chars)]) if users else []
+    """Every request, in order (the first is pinned, the task; the newest are kept longest)."""
+    return _dedupe(_one_line(user, chars) for user in users)
+
+
+def _label(item: str) -> str | None:
+    """The call an item of a call section names (its leading code span)."""
+    found = _LABEL.match(item)
+    return found[1] if found is not None else None
+
+
+def _superseded(old: Sequence[str], new: Sequence[str]) -> list[str]:
+    """``old`` call items without those a ``new`` item names again: a call shows its last run."""
+    again = {_label(item) for item in new} - {None}
+    return [item for item in old if _label(item) not in again]
 
 
 def _matching(messages: Sequence[Message], keywords: frozenset[str]) -> list[str]:
@@ -429,6 +377,10 @@ class ExtractiveSummarizer:
             earlier_read, earlier_modified, track_files(request.messages, self.file_tools)
         )
         previous[READ] = [path for path in earlier_read if path in activity.read]
+        for title in (COMMANDS, TOOLS):
+            previous[title] = _superseded(previous.get(title, []), fresh[title])
+        if fresh[FAILURE]:  # only the most recent failure is quoted
+            previous.pop(FAILURE, None)
         fresh[READ], fresh[MODIFIED] = list(activity.read), list(activity.modified)
         sections = [
             _section(_SPECS[title], previous.pop(title, []), fresh.get(title, []), turn, keywords)
@@ -447,28 +399,18 @@ class ExtractiveSummarizer:
         plain = _conversation(messages)
         users = [m.text for m in plain if is_user_message(m) and m.text.strip()]
         texts = [m.text for m in plain if m.role == "assistant" and m.text.strip()]
-        commands, others = self._calls(plain)
+        ledger = self._ledger(plain)
         recent = _SPECS[PROGRESS].turn_cap if turn else _SPECS[PROGRESS].cap
         return {
             GOAL: _goal(users, chars),
             CONSTRAINTS: _picked(users, _CONSTRAINT, chars),
-            COMMANDS: commands,
-            TOOLS: others,
+            COMMANDS: [run.item() for run in ledger.runs if run.command],
+            TOOLS: [run.item() for run in ledger.runs if not run.command],
+            FAILURE: [ledger.failure.item()] if ledger.failure is not None else [],
             DECISIONS: _picked(texts, _DECISION, chars),
             PROGRESS: [_one_line(text, chars) for text in texts[-recent:]],
             NEXT: _next_steps(plain, chars),
         }
 
-    def _calls(self, messages: Sequence[Message]) -> tuple[list[str], list[str]]:
-        results = {m.tool_call_id: m.text for m in messages if m.role == "tool" and m.tool_call_id}
-        commands: list[str] = []
-        others: list[str] = []
-        for message in messages:
-            for call in message.tool_calls:
-                result = results.get(call.id)
-                if call.name in self.shell_tools:
-                    commands.append(_call_item(_command_label(call), result))
-                elif files_in_call(call, self.file_tools) is None:
-                    label = f"{call.name}({_one_line(call.arguments, 120)})"
-                    others.append(_call_item(label, result))
-        return commands, others
+    def _ledger(self, messages: Sequence[Message]) -> Ledger:
+        return Ledger().update(messages, shell_tools=self.shell_tools, file_tools=self.file_tools)

@@ -81,6 +81,7 @@ __all__ = [
     "check_file_tools",
     "files_in_call",
     "merge",
+    "parse_arguments",
     "track_files",
 ]
 
@@ -168,6 +169,23 @@ class FileActivity:
 
     read: tuple[str, ...] = attrs.field(default=(), converter=_to_paths)
     modified: tuple[str, ...] = attrs.field(default=(), converter=_to_paths)
+    open_file: str | None = None
+    """The file a SWE-agent style editor had open at the end (its ``edit`` acts on it)."""
+
+
+@attrs.define
+class _State:
+    """What tracking learns as it goes: scripts written by commands, the editor's open file."""
+
+    scripts: dict[str, str] = attrs.field(factory=dict)
+    open_file: str | None = None
+
+
+# SWE-agent's editor: ``open f``, ``create f`` name the file; ``edit 3:5`` acts on it.
+_CURSOR_VERBS: Mapping[str, FileAction] = MappingProxyType(
+    {"open": "read", "create": "modified", "edit": "modified", "insert": "modified",
+     "append": "modified"}
+)  # fmt: skip
 
 
 def check_file_tools(tools: Mapping[str, object]) -> None:
@@ -220,7 +238,8 @@ def _argument_paths(arguments: Mapping[str, object]) -> list[str]:
     return found
 
 
-def _parse_arguments(raw: str) -> Mapping[str, object] | None:
+def parse_arguments(raw: str) -> Mapping[str, object] | None:
+    """A tool call's arguments as a JSON object, or None when they are not one."""
     try:
         value = json.loads(raw)
     except (ValueError, RecursionError):
@@ -243,18 +262,22 @@ def files_in_call(
         when the tool is not a file tool, its ``command`` is not one the rule
         knows, or its command writes no file.
     """
-    return _files_in_call(call, tools, {})
+    return _files_in_call(call, tools, _State())
 
 
 def _files_in_call(
-    call: ToolCall, tools: Mapping[str, FileToolRule], scripts: dict[str, str]
+    call: ToolCall, tools: Mapping[str, FileToolRule], state: _State
 ) -> tuple[FileAction, tuple[str, ...]] | None:
     rule = tools.get(call.name)
     if rule is None:
         return None
-    arguments = _parse_arguments(call.arguments)
+    arguments = parse_arguments(call.arguments)
     if rule == "shell" or rule == "python":
-        return _command_writes(rule, command_text(arguments or call.arguments), scripts)
+        return _command_writes(rule, command_text(arguments or call.arguments), state.scripts)
+    if call.name in _CURSOR_VERBS and arguments is not None and not _argument_paths(arguments):
+        found = _editor_command(call.name, arguments.get("command"), state)
+        if found is not None:
+            return found
     if isinstance(rule, str):
         action: FileAction = "read" if rule == "read" else "modified"
     else:
@@ -265,6 +288,25 @@ def _files_in_call(
     if arguments is None:
         return action, tuple(dict.fromkeys(_patch_paths(call.arguments)))
     return action, tuple(dict.fromkeys(_argument_paths(arguments)))
+
+
+def _editor_command(
+    name: str, command: object, state: _State
+) -> tuple[FileAction, tuple[str, ...]] | None:
+    """A SWE-agent editor command line: ``open f 293``, ``create f``, ``edit 3:5`` (open file)."""
+    if not isinstance(command, str):
+        return None
+    words = command.strip().split(None, 2)
+    if not words or words[0] != name:
+        return None
+    if name in ("open", "create"):
+        target = _clean_path(words[1].strip("\"'")) if len(words) > 1 else None
+        if target is None:
+            return None
+        state.open_file = target
+    if state.open_file is None:
+        return None
+    return _CURSOR_VERBS[name], (state.open_file,)
 
 
 def _command_writes(
@@ -284,7 +326,10 @@ def _command_writes(
 
 
 def track_files(
-    messages: Sequence[Message], tools: Mapping[str, FileToolRule] = DEFAULT_FILE_TOOLS
+    messages: Sequence[Message],
+    tools: Mapping[str, FileToolRule] = DEFAULT_FILE_TOOLS,
+    *,
+    open_file: str | None = None,
 ) -> FileActivity:
     """The files the tool calls in ``messages`` read and modified.
 
@@ -293,6 +338,8 @@ def track_files(
             file lists are looked at.
         tools: File tools by name and what they do; extend the defaults with
             ``{**DEFAULT_FILE_TOOLS, "my_tool": "read"}``.
+        open_file: The file a SWE-agent style editor had open before ``messages``
+            (`FileActivity.open_file` of the stretch before), for its ``edit`` calls.
 
     Returns:
         The files in first-seen order; a file both read and modified is listed
@@ -300,18 +347,20 @@ def track_files(
     """
     read: dict[str, None] = {}
     modified: dict[str, None] = {}
-    scripts: dict[str, str] = {}  # texts shell commands wrote, for later runs of them
+    state = _State(open_file=open_file)  # scripts written earlier, the editor's open file
     for message in messages:
         if isinstance(message, ContextSummary):
             read.update(dict.fromkeys(message.read_files))
             modified.update(dict.fromkeys(message.modified_files))
             continue
         for call in message.tool_calls:
-            found = _files_in_call(call, tools, scripts)
+            found = _files_in_call(call, tools, state)
             if found is not None:
                 action, paths = found
                 (read if action == "read" else modified).update(dict.fromkeys(paths))
-    return FileActivity(read=(p for p in read if p not in modified), modified=modified)
+    return FileActivity(
+        read=(p for p in read if p not in modified), modified=modified, open_file=state.open_file
+    )
 
 
 def merge(
@@ -333,4 +382,8 @@ def merge(
     """
     modified = dict.fromkeys((*previous_modified, *activity.modified))
     read = dict.fromkeys((*previous_read, *activity.read))
-    return FileActivity(read=(p for p in read if p not in modified), modified=modified)
+    return FileActivity(
+        read=(p for p in read if p not in modified),
+        modified=modified,
+        open_file=activity.open_file,
+    )

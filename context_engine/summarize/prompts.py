@@ -30,21 +30,25 @@ Write a checkpoint of the conversation below. Use these headings, in this order,
 and keep every fact the agent needs to carry on without asking again:
 
 ## Goal
-What the user wants, in their words where it matters; later changes of goal.
+Every request of the user, in their words when short.
 ## Constraints
-Rules, preferences and limits the user stated (quote them).
-## Progress
-What is done, what is in progress, with the concrete results.
-## Key facts and decisions
-Names, values, paths, commands, identifiers, and why choices were made.
-## Errors
-Failures met, their exact messages where short, and how they were resolved or not.
-## Files
-Files read and files changed, with what changed.
+Rules, preferences and limits the user stated (quoted).
+## Files modified
+Files changed (by editor or shell), and how.
+## Files read
+## Commands run
+Each once, with how it last ended; failures with their error line.
+## Most recent failure
+The latest error, quoted exactly.
+## Decisions
+Names, values, paths, and why choices were made.
+## Latest progress
+What is done; the step in progress.
 ## Next steps
-What remains, in order, starting with what the agent was doing last.
+What remains, in order.
 
-Be specific and dense; prefer lists. You may think first inside <analysis></analysis>;
+Files, commands and the last failure are also recorded by the system and merged in.
+Be specific and dense. You may think first inside <analysis></analysis>;
 put the checkpoint itself inside <summary></summary>."""
 
 _UPDATE = """\
@@ -74,8 +78,8 @@ failed. Be brief and concrete; merge rather than append. Put the text inside
 _CONDENSE = """\
 The checkpoint in <previous-summary> is too long for the room it has in the
 agent's context. Rewrite it shorter: keep the same headings, the goal, the
-constraints, the files, unresolved errors and the next steps; merge or drop the
-oldest and least useful details first. Put the checkpoint inside
+constraints, the files, the most recent failure and the next steps; merge or drop
+the oldest and least useful details first. Put the checkpoint inside
 <summary></summary>."""
 
 

@@ -276,6 +276,10 @@ async def test_later_runs_that_continue_the_history_start_from_the_commit() -> N
     first = await Runner.run(agent, "Fix it.", run_config=harness.run_config(), max_turns=40)
     assert harness.input_filter.commit is not None
     calls_before = len(model.calls)
+    # Stored after the run (a later run's checkpoint commits a longer history).
+    stored = harness.input_filter.apply_commit(first.to_input_list())
+    assert len(stored) < len(first.to_input_list())
+    assert isinstance(from_openai_agents(stored)[0], ContextSummary)
 
     history = [*first.to_input_list(), {"role": "user", "content": "Now the lexer."}]
     await Runner.run(agent, history, run_config=harness.run_config(), max_turns=40)
@@ -283,9 +287,6 @@ async def test_later_runs_that_continue_the_history_start_from_the_commit() -> N
     later = [harness.view(call) for call in model.calls[calls_before:]]
     assert len(later) == 3
     assert all(view[1].is_summary for view in later)
-    stored = harness.input_filter.apply_commit(first.to_input_list())
-    assert len(stored) < len(first.to_input_list())
-    assert isinstance(from_openai_agents(stored)[0], ContextSummary)
 
 
 # ------------------------------------------------------------------- sub-agents

@@ -17,7 +17,7 @@ from context_engine import ContextEngine, ContextSummary, ImageBlock, Message, T
 from context_engine._transcript import recovery_target
 from context_engine.archive import MemoryArchive
 from context_engine.overflow import overflow_token_counts
-from context_engine.strategies import FullSummary, HardTruncate
+from context_engine.strategies import FullSummary, HardTruncate, LightTrim, ToolResultMicrocompact
 from context_engine.strategies.hard_truncate import is_truncation_marker, truncation_marker
 from context_engine.summarize import ExtractiveSummarizer
 from context_engine.summarize.bound import Condensed
@@ -50,6 +50,22 @@ def default_engine(summarizer: object = None, **options: object) -> ContextEngin
     return ContextEngine.default(8_000, summarizer=summarizer, token_counter=COUNTER, **options)
 
 
+def fixed_keep_engine(summarizer: object, **options: object) -> ContextEngine:
+    """The default pipeline with the summary keeping a fixed 2,000 tokens.
+
+    With the default keep the summary cuts later when its checkpoint and the
+    kept messages could not fit (issue 15), so the recovery needs no fold; a
+    caller's own keep_recent_tokens is kept to, and the truncation folds in.
+    """
+    strategies = [
+        ToolResultMicrocompact(),
+        LightTrim(),
+        FullSummary(summarizer=summarizer, keep_recent_tokens=2_000),  # type: ignore[arg-type]
+        HardTruncate(),
+    ]
+    return ContextEngine(8_000, strategies, token_counter=COUNTER, **options)  # type: ignore[arg-type]
+
+
 def modified_files(checkpoint: ContextSummary) -> set[str]:
     """The files a checkpoint lists as modified, those condensed into its metadata included."""
     return {*checkpoint.modified_files, *Condensed.of(checkpoint).modified_files}
@@ -79,7 +95,10 @@ async def test_a_recovery_that_drops_history_commits_a_checkpoint_not_a_bare_tru
     summarizer: RecordingSummarizer | None, writer: str
 ) -> None:
     """Every created file survives in the committed checkpoint, and the view fits the target."""
-    engine = default_engine(summarizer, tool_result_cap=None)
+    if summarizer is None:
+        engine = default_engine(summarizer, tool_result_cap=None)
+    else:
+        engine = fixed_keep_engine(summarizer)
     transcript = agent_session()
     result = await engine.recover_overflow(transcript, OVERFLOW)
     steps = step_names(result)
@@ -100,7 +119,7 @@ async def test_a_recovery_that_drops_history_commits_a_checkpoint_not_a_bare_tru
 async def test_the_summary_fold_updates_the_checkpoint_the_recovery_just_wrote() -> None:
     """FullSummary writes a checkpoint, the cut after it is folded in by one more request."""
     summarizer = RecordingSummarizer()
-    engine = default_engine(summarizer, tool_result_cap=None)
+    engine = fixed_keep_engine(summarizer)
     result = await engine.recover_overflow(agent_session(), OVERFLOW)
     steps = step_names(result)
     assert steps["full_summary"].applied  # type: ignore[attr-defined]
@@ -125,7 +144,7 @@ async def test_a_failing_summary_fold_falls_back_to_the_digest_and_keeps_the_bre
         if name == "truncation_summary":
             summarizer.fail = ConnectionError("reset")
 
-    engine = default_engine(summarizer, tool_result_cap=None, on_strategy=on_strategy)
+    engine = fixed_keep_engine(summarizer, on_strategy=on_strategy)
     transcript = agent_session()
     result = await engine.recover_overflow(transcript, OVERFLOW)
     steps = step_names(result)
@@ -333,3 +352,18 @@ async def test_a_summarizer_failing_half_its_requests_opens_the_breaker_in_a_min
     assert 0.45 <= failures / requests <= 0.55  # the summarizer did fail half the time
     assert opened < 150  # a minority of the sessions
     assert abs(opened / 300 - (1 - 44 / 64)) < 0.08  # what per-call counting predicts
+
+
+async def test_with_the_default_keep_the_recovery_summary_covers_what_it_must_drop() -> None:
+    """Issue 15: the summary cuts late enough to fit; no truncation drops anything unsummarized."""
+    engine = default_engine(RecordingSummarizer(), tool_result_cap=None)
+    transcript = agent_session()
+    result = await engine.recover_overflow(transcript, OVERFLOW)
+    steps = step_names(result)
+    assert result.strategy == "full_summary"
+    assert "hard_truncate" not in steps
+    assert "truncation_summary" not in steps
+    assert result.commit == result.messages
+    assert not any(is_truncation_marker(m) for m in result.messages)
+    assert set(CREATED) <= modified_files(result.commit[1])  # type: ignore[arg-type]
+    valid(transcript, result.messages)

@@ -114,12 +114,12 @@ def bug_fix_session() -> list[Message]:
 
 
 def test_each_section_is_extracted_from_a_hand_built_session() -> None:
-    """Goal, constraints, files, commands, tools, decisions, progress and next steps."""
+    """Goal, constraints, files, commands, tools, last failure, decisions, progress, next steps."""
     text = summarize(request(bug_fix_session()))
     found = sections(text)
     assert list(found) == [
         "Goal", "Constraints", "Files modified", "Files read", "Commands run",
-        "Other tool calls", "Decisions", "Latest progress", "Next steps",
+        "Other tool calls", "Most recent failure", "Decisions", "Latest progress", "Next steps",
     ]  # fmt: skip
     assert found["Goal"] == [
         "Fix the date parser in utils/dates.py. Don't change the public API. "
@@ -136,11 +136,15 @@ def test_each_section_is_extracted_from_a_hand_built_session() -> None:
         "`pytest -q tests/test_dates.py` (failed, exit 1)",
         "`pytest -q` (ok)",
     ]
-    assert details(text) == [
-        "E AssertionError: expected 2024-01-01",
-        "FAILED tests/test_dates.py::test_iso - AssertionError",
-        "1 failed, 4 passed",
-    ]
+    assert details(text) == ["E AssertionError: expected 2024-01-01"]
+    assert (
+        "## Most recent failure\n"
+        "- `pytest -q tests/test_dates.py` failed with:\n"
+        "    tests/test_dates.py::test_iso FAILED\n"
+        "    E   AssertionError: expected 2024-01-01\n"
+        "    FAILED tests/test_dates.py::test_iso - AssertionError\n"
+        "    1 failed, 4 passed\n\n"
+    ) in text
     assert found["Other tool calls"] == ['`lookup_calendar({"year": 2024})` (ok)']
     assert found["Decisions"] == [
         "The root cause is that offsets are dropped.",
@@ -221,14 +225,17 @@ def test_failed_command_without_exit_code_is_told_by_traceback_or_error_line() -
     ]
 
 
-def test_error_lines_are_clipped_to_the_last_three() -> None:
-    """A failure quotes at most three error lines, the last ones."""
+def test_a_failed_command_quotes_its_key_line_and_the_last_failure_its_output() -> None:
+    """The command list quotes one key line; the last failure keeps its output's last lines."""
     run = Calls()
     output = "\n".join(f"ERROR in step {n}" for n in range(10))
     messages = [Message.user("go"), *run("bash", f"exit code 2\n{output}", command="make")]
     text = summarize(request(messages))
     assert sections(text)["Commands run"] == ["`make` (failed, exit 2)"]
-    assert details(text) == ["ERROR in step 7", "ERROR in step 8", "ERROR in step 9"]
+    assert details(text) == ["ERROR in step 0"]
+    # The key line is quoted first when the output's last lines do not hold it.
+    last = "\n".join(f"    ERROR in step {n}" for n in range(4, 10))
+    assert f"- `make` failed with:\n    ERROR in step 0\n    …\n{last}" in text
 
 
 @pytest.mark.parametrize(

@@ -307,3 +307,27 @@ def test_corpus_transcripts_track_without_raising(corpus_path: Path) -> None:
         assert "\n" not in path
     # The lists are valid checkpoint file lists.
     ContextSummary(summary="s", read_files=activity.read, modified_files=activity.modified)
+
+
+def test_swe_agent_edits_act_on_the_file_the_editor_has_open() -> None:
+    """``open f`` / ``create f`` name the file; ``edit 3:5`` modifies it, across stretches."""
+
+    def call(index: int, name: str, command: str) -> Message:
+        arguments = json.dumps({"command": command})
+        return Message.assistant("", tool_calls=[ToolCall(f"e{index}", name, arguments)])
+
+    first = [
+        call(0, "create", "create reproduce.py\n"),
+        call(1, "edit", "edit 1:1\nprint(1)\nend_of_edit\n"),
+        call(2, "open", "open pkg/handler.py 293\n"),
+    ]
+    activity = track_files(first)
+    assert activity.modified == ("reproduce.py",)
+    assert activity.read == ("pkg/handler.py",)
+    assert activity.open_file == "pkg/handler.py"
+    # The next stretch starts with the editor where the last one left it.
+    later = track_files(
+        [call(3, "edit", "edit 287:295\n  x = 1\nend_of_edit\n")], open_file="pkg/handler.py"
+    )
+    assert later.modified == ("pkg/handler.py",)
+    assert track_files([call(4, "edit", "edit 1:2\nend_of_edit\n")]).modified == ()

@@ -1,0 +1,84 @@
+"""The original messages behind a view's shortened ones, for the summarizer to read.
+
+Earlier rewrites in the same call leave placeholders in the view: a cleared
+tool result (microcompact), a trimmed message (light trim), a capped result.
+A checkpoint written from those would only know what the placeholder says,
+and a failure's traceback or a fix's output would be gone from it for good.
+`restore_originals` puts the caller's original back for every shortened
+message it can find in the transcript; what it cannot find (a checkpoint, a
+truncation marker, a result capped before it reached the transcript) stays
+as it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from context_engine.messages import Message
+from context_engine.structure import ARCHIVED_KEY, CAPPED_KEY, CLEARED_KEY, TRIMMED_KEY
+
+__all__ = ["restore_originals"]
+
+_SHORTENED = (CLEARED_KEY, TRIMMED_KEY, CAPPED_KEY, ARCHIVED_KEY)
+# How far past the last matched message a shortened one's original is looked
+# for: the view keeps the transcript's order, so it is the next one of its kind.
+_LOOKAHEAD = 64
+
+
+def _shortened(message: Message) -> bool:
+    return any(key in message.metadata for key in _SHORTENED)
+
+
+def _is_source(candidate: Message, shortened: Message) -> bool:
+    """Whether ``candidate`` may be the message ``shortened`` was made from."""
+    return (
+        candidate.role == shortened.role
+        and candidate.tool_call_id == shortened.tool_call_id
+        and candidate.name == shortened.name
+        and len(candidate.tool_calls) == len(shortened.tool_calls)
+        and not candidate.is_summary
+    )
+
+
+def restore_originals(
+    messages: Sequence[Message], transcript: Sequence[Message]
+) -> tuple[Message, ...]:
+    """``messages`` (a part of a view) with each shortened message replaced by its original.
+
+    A message of ``messages`` that is one of ``transcript``'s objects is kept
+    and anchors the search; a shortened one (cleared, trimmed, capped or
+    archived by a strategy) is replaced by the next transcript message after
+    the last anchor with the same role, tool call id and name. The order of
+    ``messages`` is kept and nothing is added or dropped; the input is not
+    mutated.
+    """
+    if not transcript:
+        return tuple(messages)
+    position = {id(message): index for index, message in enumerate(transcript)}
+    restored: list[Message] = []
+    floor = 0
+    for message in messages:
+        index = position.get(id(message))
+        if index is None and _shortened(message):
+            index = _source_of(message, transcript, floor)
+            if index is not None and transcript[index] is not message:
+                restored.append(transcript[index])
+                floor = index + 1
+                continue
+        restored.append(message)
+        if index is not None:
+            floor = index + 1
+    return tuple(restored)
+
+
+def _source_of(message: Message, transcript: Sequence[Message], floor: int) -> int | None:
+    for index in range(floor, min(len(transcript), floor + _LOOKAHEAD)):
+        candidate = transcript[index]
+        if _is_source(candidate, message) and not _same_shortening(candidate, message):
+            return index
+    return None
+
+
+def _same_shortening(candidate: Message, message: Message) -> bool:
+    """Whether ``candidate`` is already shortened exactly as ``message`` (no original to gain)."""
+    return candidate.content == message.content

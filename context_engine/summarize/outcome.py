@@ -1,0 +1,152 @@
+"""How a tool call ended, read from its result: exit status, failure, key error line.
+
+Shared by everything that reports a call after its output is gone: the
+placeholder microcompact leaves (`context_engine.strategies._placeholder`),
+the checkpoint's command list and its most recent failure
+(`context_engine.summarize.ledger`). One reading, so a call is never "ok" in
+one place and "failed" in another.
+"""
+
+from __future__ import annotations
+
+import re
+
+import attrs
+
+from context_engine._memo import memoized
+from context_engine.messages import Message
+
+__all__ = ["ERROR_LINE", "Outcome", "content_lines", "one_line", "outcome"]
+
+ERROR_LINE = re.compile(
+    r"Traceback \(most recent call last\)"
+    r"|(?:Error|Exception)\b"  # ValueError, AssertionError, RuntimeException
+    r"|\b(?:error|fatal|panic)(?:\[\w+\])?:"  # compilers, git: "error: ...", "error[E0308]:"
+    r"|\b(?:ERROR|FATAL|FAILED|FAIL|FAILURE|CRITICAL)\b"
+    r"|\b[Ee]xception\b|\bpanicked at\b|Segmentation fault"
+    r"|\b[Ee]xit (?:code|status)\b|\bexited with\b|\breturned non-zero\b"
+)
+"""Matches a line that reports an error (a traceback, ``FAILED``, ``error:``, an exit status)."""
+
+_EXIT = re.compile(
+    r"<returncode>\s*(-?\d+)\s*</returncode>"
+    r"|\b(?:[Ee]xit(?:ed)? (?:with )?(?:code|status)|returned non-zero exit status)[:=\s]*(-?\d+)"
+)
+_TRACEBACK = "Traceback (most recent call last)"
+# The header of a Python traceback matches ERROR_LINE but says nothing: the
+# exception line below it is the one worth quoting.
+# nor does a line that only states the exit status (the status says it already).
+_NOT_KEY = re.compile(
+    r"^\s*Traceback \(most recent call last\)|^\s*<returncode>"
+    r"|^\W*(?:[Ee]xit(?:ed)? (?:with )?(?:code|status)|[Rr]eturn ?code)\W*-?\d+\W*$"
+)
+# A raised exception's own line ("NameError: name 'Query' is not defined"), the
+# best key line when there is one: a traceback's source lines may also match.
+# A linter's listing of one ("- E999 SyntaxError: unmatched ')'") and pytest's
+# explanation ("E   AssertionError: ...") count too.
+_EXCEPTION_LINE = re.compile(
+    r"^\s*(?:[-*]\s+|E\s{2,})?(?:[A-Z]\d{3,4}\s+)?(?:[\w.]+\.)?\w*"
+    r"(?:Error|Exception|Exit|Interrupt)\b(?::|$)"
+)
+# Tools that state a failure in words, first thing: an editor refusing an edit, a shell.
+_REPORTED = re.compile(
+    r"(?i)\bsyntax error|command not found|no such file or directory|permission denied"
+    r"|\b(?:has|have|was|were) not been applied\b"
+)
+_OPENING_LINES = 3
+_SUMMARY_FAILED = re.compile(r"\b[1-9]\d* (?:failed|errors?)\b")
+_TAG_LINE = re.compile(r"^\s*(?:</?[A-Za-z_][\w-]*>\s*)+$|^\s*<returncode>.*</returncode>\s*$")
+_LINE_CHARS = 240
+_OUTCOME_KEY = ("context_engine.summarize.outcome",)
+
+
+@attrs.frozen
+class Outcome:
+    """How a tool call ended, as far as its result text tells.
+
+    Attributes:
+        exit_status: The exit status the output states, or None.
+        failed: Whether the result looks like a failure (a non-zero exit
+            status or a traceback; without a status, a traceback, an error-like first or last line,
+            or an error stated in words in the first lines: "syntax error",
+            "command not found", "not been applied").
+        key_line: The key line of a failure, or None: the exception line that
+            closes the last traceback (what was finally raised), else the first
+            exception line, else the first error-like line, else (a non-zero
+            exit status and no error line) the last line of output.
+    """
+
+    exit_status: int | None
+    failed: bool
+    key_line: str | None
+
+    @property
+    def status(self) -> str:
+        """``ok``, ``failed``, ``failed, exit N`` or ``exit N, no output``.
+
+        An exit status of 0 with a Python traceback in the output is a failure
+        too: ``failed, exit 0 with a traceback``.
+        """
+        if not self.failed:
+            return "ok"
+        if self.exit_status is None:
+            return "failed"
+        if self.exit_status == 0:
+            return "failed, exit 0 with a traceback"
+        if self.key_line is None:
+            # grep finding nothing, test -f saying no: a negative answer, not an error.
+            return f"exit {self.exit_status}, no output"
+        return f"failed, exit {self.exit_status}"
+
+
+def one_line(text: str, limit: int) -> str:
+    """``text`` with its blanks collapsed, clipped to ``limit`` characters with "…"."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: max(limit - 1, 0)].rstrip() + "…"
+
+
+def content_lines(text: str) -> list[str]:
+    """The non-blank lines of a result, without lone markup tags (``<output>``)."""
+    return [line for line in text.splitlines() if line.strip() and not _TAG_LINE.match(line)]
+
+
+def _reports_error(line: str) -> bool:
+    return bool(ERROR_LINE.search(line) or _REPORTED.search(line))
+
+
+def _key_line(text: str, lines: list[str]) -> str | None:
+    errors = [line for line in lines if _reports_error(line) and not _NOT_KEY.match(line)]
+    last = text.rfind(_TRACEBACK)
+    if last >= 0:
+        # What a traceback ends on is what was raised; chained ones end on the last.
+        after = [line for line in text[last:].splitlines() if _EXCEPTION_LINE.match(line)]
+        if after:
+            return after[-1]
+    key = next((line for line in errors if _EXCEPTION_LINE.match(line)), None)
+    return key if key is not None else next(iter(errors), None)
+
+
+def _outcome(result: Message) -> Outcome:
+    text = result.text
+    found = _EXIT.search(text)
+    status = int(found[1] or found[2]) if found is not None else None
+    lines = content_lines(text)
+    if status is not None:
+        # A script that catches and prints its traceback still exits 0: it raised all the same.
+        failed = status != 0 or _TRACEBACK in text
+    else:
+        ends = lines[:1] + lines[-1:]
+        failed = (
+            _TRACEBACK in text
+            or any(ERROR_LINE.search(line) or _SUMMARY_FAILED.search(line) for line in ends)
+            or any(_REPORTED.search(line) for line in lines[:_OPENING_LINES])
+        )
+    key = _key_line(text, lines) if failed else None
+    if key is None and failed and status is not None and lines:
+        key = lines[-1]  # a non-zero exit and no error line: what it said last
+    return Outcome(status, failed, one_line(key, _LINE_CHARS) if key is not None else None)
+
+
+def outcome(result: Message) -> Outcome:
+    """How the call ``result`` answers ended; computed once per result message."""
+    return memoized(result, _OUTCOME_KEY, _outcome)

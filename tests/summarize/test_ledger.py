@@ -1,0 +1,218 @@
+"""The checkpoint's work log: calls with their last status, the last failure, never forgotten."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from context_engine import ContextSummary, Message, ToolCall
+from context_engine.strategies import FullSummary
+from context_engine.strategies.base import Budget
+from context_engine.summarize.extractive import ExtractiveSummarizer
+from context_engine.summarize.ledger import LEDGER_KEY, Ledger
+from context_engine.summarize.log import without_ledger, without_listed_files
+from context_engine.summarize.outcome import Outcome, outcome
+from context_engine.testing import FixedTokenCounter, RecordingSummarizer
+
+COUNTER = FixedTokenCounter()
+KEY = "AssertionError: expected 2024-01-01"
+
+
+def measure(messages: Any) -> int:
+    return sum(COUNTER.count_message(m) for m in messages)
+
+
+def budget(view: list[Message], threshold: int) -> Budget:
+    return Budget(
+        tokens=measure(view), window=100_000, threshold=threshold, counter=COUNTER, measure=measure
+    )
+
+
+class Shell:
+    """Builds bash calls and their results with sequential ids."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, command: str, output: str, code: int = 0) -> list[Message]:
+        self.count += 1
+        call_id = f"s{self.count}"
+        call = ToolCall(call_id, "bash", f'{{"command": "{command}"}}')
+        text = f"<returncode>{code}</returncode>\n<output>\n{output}\n</output>"
+        return [Message.assistant("", tool_calls=[call]), Message.tool(call_id, text, name="bash")]
+
+
+def failing_test(run: Shell) -> list[Message]:
+    output = f'Traceback (most recent call last):\n  File "t.py", line 1\n{KEY}'
+    return run("pytest tests/test_dates.py", output, code=1)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "Traceback (most recent call last):\n  ValueError: bad\n\nDuring handling of the above"
+            " exception, another exception occurred:\n\nTraceback (most recent call last):\n"
+            '  File "x"\nKeyError: 3',
+            Outcome(None, True, "KeyError: 3"),
+        ),
+        (
+            "<returncode>1</returncode>\nt.py::test FAILED\nE   AssertionError: 1 != 2\n1 failed",
+            Outcome(1, True, "E AssertionError: 1 != 2"),
+        ),
+        (
+            "Your proposed edit has introduced new syntax error(s).\nERRORS:\n"
+            "- E999 SyntaxError: unmatched ')'",
+            Outcome(None, True, "- E999 SyntaxError: unmatched ')'"),
+        ),
+        ("exit code 2\nmake: *** [all] Error 2", Outcome(2, True, "make: *** [all] Error 2")),
+        ("<returncode>1</returncode>\n<output>\n</output>", Outcome(1, True, None)),
+        ("<returncode>0</returncode>\nall good", Outcome(0, False, None)),
+    ],
+    ids=[
+        "chained-traceback",
+        "pytest-e-line",
+        "editor-syntax-error",
+        "make",
+        "grep-no-match",
+        "ok",
+    ],
+)
+def test_how_a_call_ended_and_its_key_line(text: str, expected: Outcome) -> None:
+    """The key line closes the last traceback, else the first exception or error line."""
+    assert outcome(Message.tool("c", text, name="bash")) == expected
+
+
+def test_repeated_commands_collapse_with_their_last_status() -> None:
+    """A command run three times is one entry: its latest status and how many runs."""
+    run = Shell()
+    messages = [
+        *failing_test(run),
+        *run("ls", "a.py"),
+        *failing_test(run),
+        *run("pytest tests/test_dates.py", "1 passed"),
+    ]
+    ledger = Ledger().update(messages)
+    assert [(r.label, r.status, r.runs) for r in ledger.runs] == [
+        ("ls", "ok", 1),
+        ("pytest tests/test_dates.py", "ok", 3),
+    ]
+    assert ledger.failure is not None
+    assert KEY in ledger.failure.output
+
+
+def test_an_exit_status_with_no_output_does_not_replace_the_last_failure() -> None:
+    """grep finding nothing is listed, but the failure quoted stays the one with an error."""
+    run = Shell()
+    ledger = Ledger().update([*failing_test(run), *run("grep -n foo x.py", "", code=1)])
+    assert ledger.failure is not None
+    assert KEY in ledger.failure.output
+    assert ledger.runs[-1].status == "exit 1, no output"
+
+
+async def test_calls_hidden_from_the_text_come_back_in_later_updates() -> None:
+    """Across several checkpoint updates every call stays in the ledger, none dropped."""
+    run = Shell()
+    strategy = FullSummary(summarizer=ExtractiveSummarizer(), keep_recent_tokens=1)
+    view: list[Message] = [Message.system("sys"), Message.user("Fix the build")]
+    commands: list[str] = []
+    texts: list[str] = []
+    for update in range(4):
+        for n in range(15):
+            command = f"make target_{update}_{n}"
+            commands.append(command)
+            view += run(command, "built\n" * 30)
+        result = await strategy.apply(view, view, budget(view, measure(view) // 2))
+        assert result.applied
+        view = list(result.messages)
+        checkpoint = next(m for m in view if isinstance(m, ContextSummary))
+        texts.append(checkpoint.summary)
+        assert "(+" in checkpoint.summary  # the text had no room for every call
+    # Every call before the cut is in the ledger; the newest are still in the view verbatim.
+    kept = {c.arguments for m in view[view.index(checkpoint) :] for c in m.tool_calls}
+    summarized = [c for c in commands if f'{{"command": "{c}"}}' not in kept]
+    assert len(summarized) > 50
+    assert [r.label for r in Ledger.of(checkpoint).runs] == summarized
+    assert LEDGER_KEY in checkpoint.metadata
+
+
+async def test_the_last_failure_stays_verbatim_through_later_updates() -> None:
+    """A failure summarized early is still quoted after updates whose ranges had none."""
+    run = Shell()
+    strategy = FullSummary(summarizer=ExtractiveSummarizer(), keep_recent_tokens=1)
+    view: list[Message] = [Message.system("sys"), Message.user("Fix the dates"), *failing_test(run)]
+    for update in range(3):
+        view += [m for n in range(6) for m in run(f"cat file_{update}_{n}.py", "x = 1\n" * 40)]
+        result = await strategy.apply(view, view, budget(view, measure(view) // 2))
+        assert result.applied
+        view = list(result.messages)
+    checkpoint = next(m for m in view if isinstance(m, ContextSummary))
+    assert "## Most recent failure\n- `pytest tests/test_dates.py` failed with:" in checkpoint.text
+    assert KEY in checkpoint.text
+
+
+async def test_a_model_cannot_call_a_failed_command_ok() -> None:
+    """The model's own call sections are replaced by the code-written ones."""
+    run = Shell()
+    answer = (
+        "<summary>## Goal\n- fix dates\n\n## Commands run\n"
+        "- `pytest tests/test_dates.py` (ok)</summary>"
+    )
+    strategy = FullSummary(summarizer=RecordingSummarizer([answer]), keep_recent_tokens=1)
+    view = [Message.system("sys"), Message.user("Fix dates"), *failing_test(run)]
+    view += [*run("ls -la", "total 0\n" * 3000), *run("ls", "")]
+    result = await strategy.apply(view, view, budget(view, measure(view) - 10))
+    assert result.applied
+    text = next(m for m in result.messages if isinstance(m, ContextSummary)).summary
+    assert "Goal\n- fix dates" in text
+    assert "`pytest tests/test_dates.py` (ok)" not in text
+    assert "`pytest tests/test_dates.py` (failed, exit 1)" in text
+    assert KEY in text
+
+
+def test_sections_with_the_ledgers_titles_are_removed_at_any_level() -> None:
+    """The summarizer's own call sections go, nested ones included; the rest stays."""
+    text = (
+        "## Goal\n- a\n\n## Commands run\n- `x` (ok)\n\n## Earlier in the current request\n"
+        "### Commands run\n- `y` (ok)\n### Decisions\n- b"
+    )
+    assert without_ledger(text) == (
+        "## Goal\n- a\n\n## Earlier in the current request\n### Decisions\n- b"
+    )
+
+
+def test_file_list_items_the_checkpoint_lists_itself_are_not_repeated() -> None:
+    """Bare paths go (the checkpoint's file blocks hold them); items saying more stay."""
+    text = (
+        "## Goal\n- a\n\n## Files modified\n- src/a.py\n- src/b.py: renamed parse()\n\n"
+        "## Files read\n- README.md\n- (+2 more)"
+    )
+    listed = frozenset({"src/a.py", "src/b.py", "README.md"})
+    assert without_listed_files(text, listed) == (
+        "## Goal\n- a\n\n## Files modified\n- src/b.py: renamed parse()"
+    )
+
+
+async def test_the_editor_s_open_file_is_carried_to_the_next_checkpoint() -> None:
+    """An `edit` after the cut acts on the file an `open` before it named."""
+
+    def editor(index: int, name: str, command: str) -> list[Message]:
+        call = ToolCall(f"e{index}", name, json.dumps({"command": command}))
+        return [Message.assistant("", tool_calls=[call]), Message.tool(f"e{index}", "x\n" * 300)]
+
+    strategy = FullSummary(summarizer=ExtractiveSummarizer(), keep_recent_tokens=1)
+    view: list[Message] = [Message.system("sys"), Message.user("Fix the handler")]
+    view += [*editor(0, "open", "open pkg/handler.py 1"), *editor(1, "goto", "goto 20")]
+    first = await strategy.apply(view, view, budget(view, measure(view) // 2))
+    assert first.applied
+    view = [
+        *first.messages,
+        *editor(2, "edit", "edit 3:4\n  x = 1\nend_of_edit"),
+        *editor(3, "goto", "goto 1"),
+    ]
+    second = await strategy.apply(view, view, budget(view, measure(view) // 2))
+    assert second.applied
+    checkpoint = next(m for m in second.messages if isinstance(m, ContextSummary))
+    assert "pkg/handler.py" in checkpoint.modified_files
