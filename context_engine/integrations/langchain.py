@@ -38,6 +38,7 @@ from typing import Any, TypeAlias
 
 from context_engine.engine import ContextEngine
 from context_engine.errors import ConfigurationError
+from context_engine.integrations._sizing import Sizing, Trigger, mapping_int, schema_text
 from context_engine.messages import Message
 from context_engine.overflow import is_context_overflow
 from context_engine.results import CompactResult
@@ -52,6 +53,7 @@ try:
         ModelResponse,
     )
     from langchain_core import exceptions as _lc_exceptions
+    from langchain_core.language_models import BaseChatModel
     from langchain_core.messages import (
         AIMessage,
         AnyMessage,
@@ -59,6 +61,7 @@ try:
         RemoveMessage,
         ToolMessage,
     )
+    from langchain_core.utils.function_calling import convert_to_openai_tool
     from langgraph.graph.message import REMOVE_ALL_MESSAGES
     from langgraph.prebuilt.tool_node import ToolCallRequest
     from langgraph.types import Command
@@ -175,14 +178,29 @@ class ContextEngineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         cap_tool_results: Cap every ``ToolMessage`` a tool returns with
             `ContextEngine.cap_tool_result` before it enters the agent state
             (a ``Command`` a tool returns passes as it is).
+        context_window: The window in tokens; None reads the model profile's
+            ``max_input_tokens`` (as ``SummarizationMiddleware`` does), else
+            keeps the engine's own. An explicit value always wins.
+        trigger: ``("fraction", 0.8)`` or ``("tokens", n)``: where compaction
+            starts, like ``SummarizationMiddleware``'s trigger; None keeps the
+            engine's reserve.
+        count_request: Count the request's tool schemas into the engine's
+            overhead on every call (the system prompt is counted as a message).
 
     Raises:
-        ConfigurationError: ``engine`` is not a `ContextEngine`, or a flag is
-            not a bool.
+        ConfigurationError: ``engine`` is not a `ContextEngine`, or a setting is
+            of the wrong type.
     """
 
     def __init__(
-        self, engine: ContextEngine, *, compact_command: bool = True, cap_tool_results: bool = True
+        self,
+        engine: ContextEngine,
+        *,
+        compact_command: bool = True,
+        cap_tool_results: bool = True,
+        context_window: int | None = None,
+        trigger: Trigger | None = None,
+        count_request: bool = True,
     ) -> None:
         if not isinstance(engine, ContextEngine):
             raise ConfigurationError(
@@ -199,7 +217,17 @@ class ContextEngineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self.compact_command = compact_command
         self.cap_tool_results = cap_tool_results
         self.tools = []
+        self.sizing = Sizing(context_window, trigger, count_request=count_request)
         self._reader = _Reader()
+
+    def _size(self, request: ModelRequest[Any]) -> None:
+        """Size the engine to the request's model window and tool schemas."""
+        tools = request.tools if self.sizing.count_request else ()
+        self.sizing.apply(
+            self.engine,
+            model_window=_profile_window(request.model),
+            request_text=(schema_text(_tool_schema(t) for t in tools),) if tools else (),
+        )
 
     def wrap_model_call(
         self,
@@ -207,6 +235,7 @@ class ContextEngineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> _Result:
         """Project, call the model, commit or recover (blocking; used by ``invoke``)."""
+        self._size(request)
         lead, transcript = self._reader.read(request.system_message, request.messages)
         turn = run_turn_sync(
             self.engine,
@@ -223,6 +252,7 @@ class ContextEngineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> _Result:
         """Project, call the model, commit or recover (used by ``ainvoke``)."""
+        self._size(request)
         lead, transcript = self._reader.read(request.system_message, request.messages)
         turn = await run_turn(
             self.engine,
@@ -256,6 +286,24 @@ class ContextEngineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             return result
         message = message_from_langchain(result)
         return _capped_result(result, message, await self.engine.cap_tool_result(message))
+
+
+def _profile_window(model: object) -> int | None:
+    """The model profile's ``max_input_tokens``, or None when the model has no profile."""
+    if not isinstance(model, BaseChatModel):
+        return None
+    return mapping_int(model.profile, "max_input_tokens")
+
+
+def _tool_schema(tool: Any) -> Any:
+    """A tool as the OpenAI-style schema a provider is sent; a dict is taken as it is."""
+    if isinstance(tool, dict):
+        return tool
+    try:
+        return convert_to_openai_tool(tool)
+    except (TypeError, ValueError, NotImplementedError):  # a tool LangChain cannot describe
+        logger.debug("tool=<%r> | no schema; counted by its name", tool, exc_info=True)
+        return getattr(tool, "name", repr(tool))
 
 
 def _capped_result(result: ToolMessage, read: Message, capped: Message) -> ToolMessage:

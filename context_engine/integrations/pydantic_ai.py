@@ -58,6 +58,7 @@ from context_engine.engine import ContextEngine
 from context_engine.errors import CompactionError
 from context_engine.formats._pydantic_ai_write import Group
 from context_engine.formats.pydantic_ai import from_pydantic_ai, read_groups, write_history
+from context_engine.integrations._sizing import Sizing, Trigger, schema_text
 from context_engine.messages import Message, TextBlock
 from context_engine.results import CompactResult
 from context_engine.turn import ModelCallStep, TurnResult, TurnStep, advance_turn, turn_flow
@@ -187,14 +188,32 @@ class ContextEngineCapability(AbstractCapability[Any]):
             A result the preview cannot stand for (images, a denied call) is
             kept; a ``ToolReturn`` keeps its content and metadata, only its
             ``return_value`` is capped.
+        context_window: The window in tokens; None reads the model profile's
+            ``context_window`` (a ``FallbackModel``'s is the smallest of its
+            models'), else keeps the engine's own. An explicit value always wins.
+        trigger: ``("fraction", 0.8)`` or ``("tokens", n)``: where compaction
+            starts; None keeps the engine's reserve.
+        count_request: Count each request's tool definitions (function and
+            output tools) and ``instructions`` into the engine's overhead;
+            pydantic-ai sends them beside the message history.
+
+    Raises:
+        ConfigurationError: ``context_window`` or ``trigger`` is malformed.
     """
 
     engine: ContextEngine
     recover_overflow: bool = True
     compact_command: bool = True
     cap_tool_results: bool = True
+    context_window: int | None = None
+    trigger: Trigger | None = None
+    count_request: bool = True
     _reader: _Reader = dataclasses.field(default_factory=_Reader, init=False, repr=False)
     _turn: _Turn | None = dataclasses.field(default=None, init=False, repr=False)
+    _sizing: Sizing = dataclasses.field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._sizing = Sizing(self.context_window, self.trigger, count_request=self.count_request)
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -204,7 +223,7 @@ class ContextEngineCapability(AbstractCapability[Any]):
     async def for_run(self, ctx: RunContext[Any]) -> ContextEngineCapability:
         """A copy with its own per-run state; the engine and the read messages are shared."""
         run = dataclasses.replace(self)
-        run._reader = self._reader
+        run._reader, run._sizing = self._reader, self._sizing
         return run
 
     async def prepare_model_request(
@@ -217,6 +236,11 @@ class ContextEngineCapability(AbstractCapability[Any]):
             turn.retry = False
             request_context.messages = list(ctx.messages)
             return request_context
+        self._sizing.apply(
+            self.engine,
+            model_window=request_context.model.context_window,
+            request_text=_request_text(request_context) if self.count_request else (),
+        )
         bridge = self._reader.read(request_context.messages)
         last_group = bridge.groups[-1][1] if bridge.groups else ()
         flow = turn_flow(
@@ -270,6 +294,23 @@ class ContextEngineCapability(AbstractCapability[Any]):
         self._turn = turn
         logger.info("step=<%d> | context overflow recovered, retrying", ctx.run_step)
         raise RetryModelRequest()
+
+
+def _request_text(request_context: ModelRequestContext) -> tuple[str, ...]:
+    """What the request sends beside the history: tool definitions and instructions."""
+    parameters = request_context.model_request_parameters
+    tools = [*parameters.function_tools, *parameters.output_tools]
+    schemas = schema_text(
+        {
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.parameters_json_schema,
+        }
+        for tool in tools
+    )
+    parts = parameters.instruction_parts or ()
+    instructions = pm.InstructionPart.join(parts) or ""
+    return (schemas if tools else "", instructions)
 
 
 @dataclasses.dataclass

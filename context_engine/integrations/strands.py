@@ -81,6 +81,7 @@ from context_engine.formats.strands import (
     system_from_strands,
     to_strands,
 )
+from context_engine.integrations._sizing import Sizing, Trigger, schema_text
 
 if TYPE_CHECKING:
     from strands.agent.agent import Agent
@@ -190,6 +191,13 @@ class ContextEngineConversationManager(ConversationManager):
             manual compaction (the model is not called for it).
         cap_tool_results: Cap every tool result with `ContextEngine.cap_tool_result`
             when the tool returns it, before it enters ``agent.messages``.
+        context_window: The window in tokens; None reads the model's
+            ``context_window_limit``, else keeps the engine's own. An explicit
+            value always wins.
+        trigger: ``("fraction", 0.8)`` or ``("tokens", n)``: where compaction
+            starts; None keeps the engine's reserve.
+        count_request: Count the call's ``tool_specs`` into the engine's
+            overhead on every call (the system prompt is counted as a message).
 
     Attributes:
         engine: The engine.
@@ -205,6 +213,9 @@ class ContextEngineConversationManager(ConversationManager):
         proactive_compression: bool | ProactiveCompressionConfig | None = None,
         compact_command: bool = True,
         cap_tool_results: bool = True,
+        context_window: int | None = None,
+        trigger: Trigger | None = None,
+        count_request: bool = True,
     ) -> None:
         if not isinstance(engine, ContextEngine):
             raise ConfigurationError(
@@ -220,6 +231,7 @@ class ContextEngineConversationManager(ConversationManager):
         self.compact_command = compact_command
         self.cap_tool_results = cap_tool_results
         self.commits = 0
+        self.sizing = Sizing(context_window, trigger, count_request=count_request)
         # Messages in front of the stored ones (the checkpoint, a kept prompt): agent.messages
         # is this head plus the stored messages after the first removed_message_count.
         self._head: list[StrandsMessage] = []
@@ -290,8 +302,24 @@ class ContextEngineConversationManager(ConversationManager):
         if turn is not None and turn.retry is not None:
             view, turn.retry = turn.retry, None  # the one retry after a recovery
             return context.replace(messages=to_strands(view))
+        self._size(context.model, context.tool_specs)
         step = await self._start(context.agent, context.system_prompt)
         return context.replace(messages=to_strands(step.messages)) if step.changed else context
+
+    def _size(self, model: Any, tool_specs: Sequence[Any] | None) -> None:
+        """Size the engine to the model's ``context_window_limit`` and the call's tool specs."""
+        specs = tool_specs if self.sizing.count_request and tool_specs else ()
+        self.sizing.apply(
+            self.engine,
+            model_window=getattr(model, "context_window_limit", None),
+            request_text=(schema_text(specs),) if specs else (),
+        )
+
+    def _size_for(self, agent: Any) -> None:
+        """`_size` outside a model call: the agent's model and all its tools."""
+        registry = getattr(agent, "tool_registry", None)
+        specs = registry.get_all_tool_specs() if registry is not None else None
+        self._size(getattr(agent, "model", None), specs)
 
     async def _start(self, agent: Any, system_prompt: Any) -> ModelCallStep:
         """Start the turn of a model call: project, and commit what the engine says to."""
@@ -309,6 +337,7 @@ class ContextEngineConversationManager(ConversationManager):
 
     async def _project(self, agent: Any, system_prompt: Any) -> Sequence[Message] | None:
         """Project the agent's history, commit when the engine says so; None when unchanged."""
+        self._size_for(agent)
         transcript = self._transcripts.convert(agent.messages, system_prompt)
         try:
             projection = await self.engine.project(transcript)
@@ -418,6 +447,7 @@ class ContextEngineConversationManager(ConversationManager):
         Raises:
             CompactionError: As `ContextEngine.compact`; the history is left as is.
         """
+        self._size_for(agent)
         transcript = self._transcripts.convert(agent.messages, _system_prompt(agent))
         result = await self.engine.compact(transcript, instructions or None)
         if result.changed:

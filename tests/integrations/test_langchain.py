@@ -21,6 +21,7 @@ from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.checkpoint.memory import InMemorySaver
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -29,6 +30,7 @@ from pydantic import Field
 
 from context_engine import ConfigurationError, ContextEngine, RewriteEvent, StrategyResult
 from context_engine.formats.langchain import from_langchain, message_from_langchain
+from context_engine.integrations._sizing import schema_text
 from context_engine.integrations.langchain import ContextEngineMiddleware
 from context_engine.invariants import check_view
 from context_engine.strategies import FullSummary, HardTruncate
@@ -589,3 +591,132 @@ def test_an_overflow_on_the_call_that_wrote_a_checkpoint_keeps_the_checkpoint(mo
     assert folds[0].previous_summary
     assert folds[0].previous_summary in first[1].summary  # type: ignore[attr-defined]
     assert from_langchain(result["messages"])[0].text == retry[1].text  # the state keeps it
+
+
+# ------------------------------------------------------- window and overhead from the runtime
+
+SCHEMA_NOTE = "Give the path relative to the repository root; globs are not expanded. " * 4
+
+
+@tool
+def search_code(
+    pattern: str, path: str, language: str, max_results: int, case_sensitive: bool
+) -> str:
+    """Search the code base for a regular expression and return every matching line.
+
+    Args:
+        pattern: The regular expression, in Python syntax, matched line by line.
+        path: Where to search. Give the path relative to the repository root.
+        language: Only files of this language (python, rust, go, typescript).
+        max_results: Stop after this many matches.
+        case_sensitive: Match case exactly.
+    """
+    return f"{pattern} in {path}:\n" + "\n".join(f"{path}/m{n}.py:{n}: match" for n in range(200))
+
+
+read_file_documented = tool(
+    "read_file",
+    description=f"Read a source file and return its whole text. {SCHEMA_NOTE}",
+)(read_file.func)
+
+
+class ToolAwareModel(ScriptedModel):
+    """A ScriptedModel that is sent the tool schemas, as a provider is; it reports no usage.
+
+    Like LangChain's own fake models it leaves ``usage_metadata`` unset, so the
+    engine has no provider anchor to learn the schemas' size from.
+    """
+
+    schemas: list[dict[str, Any]] = Field(default_factory=list)
+    requests: list[int] = Field(default_factory=list)
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> ToolAwareModel:  # type: ignore[override]
+        self.schemas = [convert_to_openai_tool(t) for t in tools]
+        return self
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
+        result = super()._generate(messages, stop, run_manager, **kw)
+        tokens = prompt_tokens(messages) + COUNTER.count_text(schema_text(self.schemas))
+        self.requests.append(tokens)
+        message = result.generations[0].message
+        assert isinstance(message, AIMessage)
+        message.usage_metadata = None
+        return result
+
+
+def sized_run(mode: str, *, count_request: bool) -> tuple[ToolAwareModel, ContextEngine, Any]:
+    engine = ContextEngine.default(
+        100_000, summarizer=ExtractiveSummarizer(), token_counter=COUNTER
+    )
+    model = ToolAwareModel(steps=45, tool="search_code", profile={"max_input_tokens": 8_000})
+    middleware = ContextEngineMiddleware(
+        engine, trigger=("fraction", 0.8), count_request=count_request
+    )
+    agent = create_agent(
+        model,
+        tools=[read_file_documented, search_code],
+        system_prompt="You search code bases. " * 20,
+        middleware=[middleware],
+    )
+    model.plan = lambda n: (
+        None if n >= 45 else ("search_code", {"pattern": f"def f{n}", "path": "src"})
+    )
+    result = invoke(agent, [HumanMessage("Find every definition.")], mode)
+    return model, engine, result
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_window_comes_from_the_model_profile_and_tool_schemas_count_on_every_call(
+    mode: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model, engine, result = sized_run(mode, count_request=True)
+    uncounted, _, _ = sized_run(mode, count_request=False)
+
+    assert result["messages"][-1].content == "done"
+    assert engine.context_window == 8_000  # the profile's, not the 100k the engine was built with
+    assert engine.threshold == 6_400  # ("fraction", 0.8)
+    schema_tokens = COUNTER.count_text(schema_text(model.schemas))
+    assert schema_tokens > 300  # sizeable schemas, so leaving them out matters
+    assert engine.overhead_tokens == schema_tokens
+    assert len(model.requests) == 46
+    assert max(model.requests) <= 6_400
+    assert max(uncounted.requests) > 6_400  # the schemas pushed requests over
+    with capsys.disabled():
+        print(
+            f"\nlangchain {mode} 8k/0.8: request max {max(model.requests)} with tool schemas "
+            f"counted, {max(uncounted.requests)} without (schemas {schema_tokens} tokens)"
+        )
+
+
+def test_an_explicit_window_wins_over_the_model_profile() -> None:
+    engine = ContextEngine.default(100_000, token_counter=COUNTER)
+    model = ToolAwareModel(steps=2, profile={"max_input_tokens": 8_000})
+    middleware = ContextEngineMiddleware(engine, context_window=20_000, trigger=("tokens", 15_000))
+    agent = create_agent(model, tools=[read_file], middleware=[middleware])
+
+    invoke(agent, [HumanMessage("Read two modules.")], "sync")
+
+    assert (engine.context_window, engine.threshold) == (20_000, 15_000)
+
+
+def test_a_model_without_a_profile_keeps_the_engines_window_and_reserve() -> None:
+    engine = ContextEngine.default(12_000, reserve_tokens=2_000, overhead_tokens=50)
+    model = ToolAwareModel(steps=1)
+    agent = create_agent(model, tools=[read_file], middleware=[ContextEngineMiddleware(engine)])
+
+    invoke(agent, [HumanMessage("Read a module.")], "sync")
+
+    assert (engine.context_window, engine.threshold) == (12_000, 10_000)
+    schemas = engine.counter.count_text(schema_text(model.schemas))
+    assert engine.overhead_tokens == 50 + schemas  # the engine's own overhead is kept
+
+
+@pytest.mark.parametrize(
+    "trigger", [("fraction", 1.5), ("fraction", 0), ("tokens", -3), ("percent", 80), 0.8]
+)
+def test_a_bad_trigger_is_refused_with_its_form(trigger: Any) -> None:
+    engine = ContextEngine.default(8_000)
+    with pytest.raises(ConfigurationError, match="trigger must be"):
+        ContextEngineMiddleware(engine, trigger=trigger)

@@ -26,12 +26,14 @@ from pydantic_ai.exceptions import (
     ModelRateLimitError,
 )
 from pydantic_ai.models import ModelRequestContext
+from pydantic_ai.models.fallback import FallbackModel
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.instrumented import InstrumentationSettings
 from pydantic_ai.usage import RequestUsage
 
 from context_engine import ContextEngine, Message, RewriteEvent
 from context_engine.formats.pydantic_ai import REQUEST_KEY, from_pydantic_ai, to_pydantic_ai
+from context_engine.integrations._sizing import schema_text
 from context_engine.integrations.pydantic_ai import ContextEngineCapability, history_processor
 from context_engine.invariants import check_view
 from context_engine.strategies import FullSummary, HardTruncate
@@ -582,3 +584,110 @@ async def test_an_overflow_on_the_call_that_wrote_a_checkpoint_keeps_the_checkpo
     assert folds[0].previous_summary in first[1].summary  # type: ignore[attr-defined]
     history = from_pydantic_ai(result.all_messages())
     assert history[1].text == retry[1].text  # the run's history keeps it
+
+
+# ------------------------------------------------------- window and overhead from the runtime
+
+
+def search_code(pattern: str, path: str, language: str, max_results: int) -> str:
+    """Search the code base for a regular expression and return every matching line.
+
+    Args:
+        pattern: The regular expression, in Python syntax, matched line by line against
+            every file under the path; groups are ignored.
+        path: Where to search, relative to the repository root; globs are not expanded.
+        language: Only files of this language: python, rust, go or typescript.
+        max_results: Stop after this many matches; the rest are counted, not listed.
+    """
+    return f"{pattern} in {path}:\n" + "\n".join(f"{path}/m{n}.py:{n}: match" for n in range(60))
+
+
+SEARCH = {"path": "src", "language": "python", "max_results": 60}
+INSTRUCTIONS = "You search code bases and answer with file and line. " * 12
+
+
+class RequestBiller(ScriptedModel):
+    """A ScriptedModel whose request size includes the tools and instructions it is sent.
+
+    It reports its usage as unmeasured (pydantic-ai would otherwise fill in a word-count
+    estimate), so the engine cannot learn their size from a provider anchor.
+    """
+
+    def __init__(self, counter: FixedTokenCounter) -> None:
+        super().__init__(
+            counter,
+            plan=lambda n: None if n >= 45 else ("search_code", SEARCH | {"pattern": f"f{n}"}),
+        )
+        self.requests: list[int] = []
+        self.beside: list[int] = []
+
+    def __call__(self, messages: list[pm.ModelMessage], info: AgentInfo) -> pm.ModelResponse:
+        response = super().__call__(messages, info)
+        tools = [*info.function_tools, *info.output_tools]
+        schemas = schema_text(
+            {"name": t.name, "description": t.description, "parameters": t.parameters_json_schema}
+            for t in tools
+        )
+        beside = self.counter.count_text(schemas) + self.counter.count_text(info.instructions or "")
+        self.beside.append(beside)
+        self.requests.append(self.tokens[-1] + beside)
+        return dataclasses.replace(response, usage=RequestUsage(unmeasured_requests=1))
+
+
+async def sized_run(
+    counter: FixedTokenCounter, *, count_request: bool
+) -> tuple[RequestBiller, ContextEngine, Any]:
+    engine = ContextEngine.default(
+        100_000, summarizer=ExtractiveSummarizer(), token_counter=counter
+    )
+    model = RequestBiller(counter)
+    served = FallbackModel(
+        FunctionModel(model, profile={"context_window": 8_000}),
+        FunctionModel(model, profile={"context_window": 32_000}),
+    )
+    capability = ContextEngineCapability(
+        engine, trigger=("fraction", 0.8), count_request=count_request
+    )
+    agent = Agent(served, instructions=INSTRUCTIONS, tools=[search_code], capabilities=[capability])
+    result = await agent.run("Find every definition.")
+    return model, engine, result
+
+
+async def test_the_window_comes_from_the_model_profile_and_tools_and_instructions_count(
+    counter: FixedTokenCounter, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model, engine, result = await sized_run(counter, count_request=True)
+    uncounted, _, _ = await sized_run(counter, count_request=False)
+
+    assert result.output == "All modules read; done."
+    # The FallbackModel's window is the smallest of its models': any of them may answer.
+    assert (engine.context_window, engine.threshold) == (8_000, 6_400)
+    assert model.beside[0] > 300  # sizeable tools and instructions
+    assert engine.overhead_tokens == model.beside[-1]
+    assert len(model.requests) == 46
+    assert max(model.requests) <= 6_400
+    assert max(uncounted.requests) > 6_400
+    with capsys.disabled():
+        print(
+            f"\npydantic-ai 8k/0.8: request max {max(model.requests)} with tools and "
+            f"instructions counted, {max(uncounted.requests)} without "
+            f"(tools + instructions {model.beside[0]} tokens)"
+        )
+
+
+async def test_an_explicit_window_wins_over_the_model_profile(counter: FixedTokenCounter) -> None:
+    engine = ContextEngine.default(100_000, token_counter=counter, overhead_tokens=40)
+    model = ScriptedModel(counter, steps=1)
+    capability = ContextEngineCapability(engine, context_window=20_000, trigger=("tokens", 15_000))
+    agent = Agent(
+        FunctionModel(model, profile={"context_window": 8_000}),
+        tools=[read_file],
+        capabilities=[capability],
+    )
+
+    await agent.run("Read one module.")
+    await agent.run("And again.")  # a second run does not add the schemas twice
+
+    assert (engine.context_window, engine.threshold) == (20_000, 15_000)
+    schemas = engine.overhead_tokens - 40
+    assert 0 < schemas < 200  # the one small tool's schema on top of the engine's own 40
