@@ -23,6 +23,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.config import get_config
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -31,11 +32,13 @@ from pydantic import Field
 from context_engine import ConfigurationError, ContextEngine, RewriteEvent, StrategyResult
 from context_engine.formats.langchain import from_langchain, message_from_langchain
 from context_engine.integrations._sizing import schema_text
+from context_engine.integrations.conversations import EnginePool
 from context_engine.integrations.langchain import ContextEngineMiddleware
 from context_engine.invariants import check_view
 from context_engine.strategies import FullSummary, HardTruncate
 from context_engine.strategies.base import Budget
 from context_engine.summarize.extractive import ExtractiveSummarizer
+from context_engine.summarize.request import SummaryRequest
 from context_engine.testing import FixedTokenCounter, RecordingSummarizer
 from context_engine.tokens import REQUEST_OVERHEAD_TOKENS
 
@@ -720,3 +723,130 @@ def test_a_bad_trigger_is_refused_with_its_form(trigger: Any) -> None:
     engine = ContextEngine.default(8_000)
     with pytest.raises(ConfigurationError, match="trigger must be"):
         ContextEngineMiddleware(engine, trigger=trigger)
+
+
+# ------------------------------------------------------------------ engines per thread
+
+
+class ThreadModel(ScriptedModel):
+    """Answers each LangGraph thread by its own script: seven log reads, then ``done``, per turn.
+
+    It records the messages each thread's calls were sent, and reports usage like a provider.
+    """
+
+    counts: dict[str, int] = Field(default_factory=dict)
+    views: dict[str, list[list[BaseMessage]]] = Field(default_factory=dict)
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
+        thread = str(get_config()["configurable"]["thread_id"])
+        self.views.setdefault(thread, []).append(list(messages))
+        step = self.counts.get(thread, 0)
+        self.counts[thread] = step + 1
+        if step % 8 == 7:
+            message = AIMessage(f"{thread}: done")
+        else:
+            call = {"name": "read_log", "args": {"path": f"{thread}/{step}.log"}, "id": f"c{step}"}
+            message = AIMessage(f"{thread}: reading log {step}, {NOTE}", tool_calls=[call])
+        tokens = prompt_tokens(messages)
+        message.usage_metadata = {
+            "input_tokens": tokens,
+            "output_tokens": 0,
+            "total_tokens": tokens,
+        }
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+
+def shape(messages: Sequence[BaseMessage]) -> list[tuple[Any, ...]]:
+    """What a model call was sent, without the ids LangGraph and the commits generate."""
+    return [
+        (
+            m.type,
+            m.content,
+            [(c["name"], c["args"], c["id"]) for c in getattr(m, "tool_calls", [])],
+            getattr(m, "tool_call_id", None),
+        )
+        for m in messages
+    ]
+
+
+class DownForThreadA:
+    """Summarizes thread ``b``; fails on thread ``a``'s history (its provider is down)."""
+
+    def __init__(self) -> None:
+        self.inner = ExtractiveSummarizer()
+
+    def __call__(self, request: SummaryRequest) -> str:
+        if any("a: reading log" in m.text for m in request.messages):
+            raise RuntimeError("the summarizer is down for thread a")
+        return self.inner(request)
+
+
+def thread_engine(thread: str) -> ContextEngine:
+    """A conversation's engine; its breaker opens on the first failed summary."""
+    return ContextEngine.default(
+        5_000,
+        reserve_tokens=1_000,
+        summarizer=DownForThreadA(),
+        token_counter=COUNTER,
+        max_consecutive_failures=1,
+        breaker_cooldown_calls=100,
+    )
+
+
+def run_threads(
+    threads: Sequence[str], mode: str, engine: ContextEngine | EnginePool
+) -> dict[str, list[list[tuple[Any, ...]]]]:
+    """Three turns per thread, the threads taking turns, through one agent and checkpointer."""
+    model = ThreadModel()
+    agent = create_agent(
+        model,
+        tools=[read_log],
+        system_prompt="You read logs.",
+        middleware=[ContextEngineMiddleware(engine)],
+        checkpointer=InMemorySaver(),
+    )
+    for turn in range(3):
+        for thread in threads:
+            invoke(agent, [HumanMessage(f"Turn {turn}: read the logs.")], mode, thread_id=thread)
+    return {thread: [shape(view) for view in views] for thread, views in model.views.items()}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_interleaved_threads_get_the_views_each_gets_alone(mode: str) -> None:
+    together = run_threads(["a", "b"], mode, EnginePool(thread_engine))
+    alone = {
+        thread: run_threads([thread], mode, EnginePool(thread_engine))[thread]
+        for thread in ("a", "b")
+    }
+    shared = run_threads(["a", "b"], mode, thread_engine("shared"))
+
+    assert len(together["a"]) == len(together["b"]) == 24
+    assert together == alone
+    # One engine for both: thread a's failing summaries open the breaker thread b then meets.
+    assert shared["a"] == alone["a"]
+    assert shared["b"] != alone["b"]
+
+
+def test_the_pool_keeps_the_most_recently_used_threads() -> None:
+    built: list[str] = []
+
+    def factory(thread: str) -> ContextEngine:
+        built.append(thread)
+        return thread_engine(thread)
+
+    pool = EnginePool(factory, max_conversations=2)
+    first = pool.engine("a")
+    pool.engine("b")
+    assert pool.engine("a") is first  # used again: kept, not rebuilt
+    pool.engine("c")  # "b" is now the least recently used: dropped
+
+    assert list(pool) == ["a", "c"]
+    assert "b" not in pool
+    assert len(pool) == 2
+    assert built == ["a", "b", "c"]
+    with pytest.raises(ConfigurationError, match="max_conversations"):
+        EnginePool(factory, max_conversations=0)
+    with pytest.raises(ConfigurationError, match="must return a ContextEngine"):
+        EnginePool(lambda thread: None).engine("a")  # type: ignore[arg-type,return-value]

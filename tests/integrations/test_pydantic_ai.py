@@ -34,10 +34,12 @@ from pydantic_ai.usage import RequestUsage
 from context_engine import ContextEngine, Message, RewriteEvent
 from context_engine.formats.pydantic_ai import REQUEST_KEY, from_pydantic_ai, to_pydantic_ai
 from context_engine.integrations._sizing import schema_text
+from context_engine.integrations.conversations import EnginePool
 from context_engine.integrations.pydantic_ai import ContextEngineCapability, history_processor
 from context_engine.invariants import check_view
 from context_engine.strategies import FullSummary, HardTruncate
 from context_engine.summarize.extractive import ExtractiveSummarizer
+from context_engine.summarize.request import SummaryRequest
 from context_engine.testing import FixedTokenCounter, RecordingSummarizer, synthetic_session
 
 pytestmark = pytest.mark.extra("pydantic-ai")
@@ -691,3 +693,109 @@ async def test_an_explicit_window_wins_over_the_model_profile(counter: FixedToke
     assert (engine.context_window, engine.threshold) == (20_000, 15_000)
     schemas = engine.overhead_tokens - 40
     assert 0 < schemas < 200  # the one small tool's schema on top of the engine's own 40
+
+
+# ------------------------------------------------------------ engines per conversation
+
+
+class ConversationModel:
+    """A FunctionModel body answering each conversation by its own script, per turn.
+
+    The conversation is the tag its user prompts start with (``"a: ..."``);
+    each turn reads seven files, then answers ``done``. It records the views
+    each conversation's requests were sent, and reports usage like a provider.
+    """
+
+    def __init__(self, counter: FixedTokenCounter) -> None:
+        self.counter = counter
+        self.counts: dict[str, int] = {}
+        self.views: dict[str, list[list[tuple[Any, ...]]]] = {}
+
+    def __call__(self, messages: list[pm.ModelMessage], info: AgentInfo) -> pm.ModelResponse:
+        prompts = [
+            part.content
+            for message in messages
+            for part in message.parts
+            if isinstance(part, pm.UserPromptPart) and isinstance(part.content, str)
+        ]
+        tag = prompts[-1].split(":")[0]
+        view = from_pydantic_ai(messages)
+        self.views.setdefault(tag, []).append(
+            [(m.role, m.text, m.tool_calls, m.tool_call_id) for m in view]  # no timestamps
+        )
+        step = self.counts.get(tag, 0)
+        self.counts[tag] = step + 1
+        if step % 8 == 7:
+            parts: list[Any] = [pm.TextPart(f"{tag}: done")]
+        else:
+            parts = [
+                pm.TextPart(f"{tag}: reading file {step}. " + "Reasoning. " * 40),
+                pm.ToolCallPart("read_file", {"path": f"{tag}/{step}.py"}, tool_call_id=f"c{step}"),
+            ]
+        tokens = sum(self.counter.count_message(m) for m in view)
+        return pm.ModelResponse(parts=parts, usage=RequestUsage(input_tokens=tokens))
+
+
+class DownForConversationA:
+    """Summarizes conversation ``b``; fails on conversation ``a``'s history."""
+
+    def __init__(self) -> None:
+        self.inner = ExtractiveSummarizer()
+
+    def __call__(self, request: SummaryRequest) -> str:
+        if any("a: reading file" in m.text for m in request.messages):
+            raise RuntimeError("the summarizer is down for conversation a")
+        return self.inner(request)
+
+
+def conversation_engine(counter: FixedTokenCounter) -> Callable[[str], ContextEngine]:
+    def build(conversation: str) -> ContextEngine:
+        return ContextEngine.default(
+            6_000,
+            reserve_tokens=1_500,
+            tool_result_cap=None,
+            summarizer=DownForConversationA(),
+            token_counter=counter,
+            max_consecutive_failures=1,
+            breaker_cooldown_calls=100,
+        )
+
+    return build
+
+
+async def run_conversations(
+    counter: FixedTokenCounter, tags: Sequence[str], engine: ContextEngine | EnginePool
+) -> dict[str, list[list[tuple[Any, ...]]]]:
+    """Three turns per conversation, taking turns, through one agent."""
+    model = ConversationModel(counter)
+    agent = Agent(
+        FunctionModel(model),
+        system_prompt="You read files.",
+        tools=[read_file],
+        capabilities=[ContextEngineCapability(engine)],
+    )
+    histories: dict[str, list[pm.ModelMessage]] = {tag: [] for tag in tags}
+    for turn in range(3):
+        for tag in tags:
+            result = await agent.run(
+                f"{tag}: turn {turn}, read the files.",
+                message_history=histories[tag],
+                conversation_id=tag,
+            )
+            histories[tag] = result.all_messages()
+    return model.views
+
+
+async def test_interleaved_conversations_get_the_views_each_gets_alone(
+    counter: FixedTokenCounter,
+) -> None:
+    build = conversation_engine(counter)
+    together = await run_conversations(counter, ["a", "b"], EnginePool(build))
+    alone = {tag: (await run_conversations(counter, [tag], EnginePool(build)))[tag] for tag in "ab"}
+    shared = await run_conversations(counter, ["a", "b"], build("shared"))
+
+    assert len(together["a"]) == len(together["b"]) == 24
+    assert together == alone
+    # One engine for both: conversation a's failing summaries open the breaker b then meets.
+    assert shared["a"] == alone["a"]
+    assert shared["b"] != alone["b"]
