@@ -82,6 +82,7 @@ from context_engine.formats.strands import (
     to_strands,
 )
 from context_engine.integrations._sizing import Sizing, Trigger, schema_text
+from context_engine.integrations.conversations import EnginePool
 
 if TYPE_CHECKING:
     from strands.agent.agent import Agent
@@ -108,6 +109,13 @@ def _system_prompt(agent: Any) -> Any:
     """The agent's system prompt in the form its model requests carry it."""
     content = getattr(agent, "system_prompt_content", None)
     return content if content is not None else getattr(agent, "system_prompt", None)
+
+
+def _conversation_id(agent: Any) -> str:
+    """``session_id/agent_id`` under a session manager, else the ``agent_id``."""
+    agent_id = str(getattr(agent, "agent_id", "default"))
+    session = getattr(getattr(agent, "_session_manager", None), "session_id", None)
+    return agent_id if session is None else f"{session}/{agent_id}"
 
 
 class _Transcripts:
@@ -178,11 +186,16 @@ def _common_tail(old: Sequence[StrandsMessage], new: Sequence[StrandsMessage]) -
 class ContextEngineConversationManager(ConversationManager):
     """A Strands ``ConversationManager`` that lets a `ContextEngine` shape every model call.
 
-    Use one manager (and one engine) per agent: the engine remembers the views
-    it returned for that conversation.
+    Use one manager per agent: the engine remembers the views it returned for
+    that conversation.
 
     Args:
-        engine: The engine of this agent's session.
+        engine: The engine of this agent's session, or an `EnginePool` shared
+            by the managers of many agents: each agent then takes the engine
+            of its conversation, the session manager's ``session_id`` and the
+            ``agent_id`` (the ``agent_id`` alone without a session manager),
+            so an app that builds an agent per request keeps one engine per
+            session across requests.
         proactive_compression: Strands' proactive compression setting: when its
             estimate of the next call passes the ratio, ``reduce_context`` is
             called without an error and compacts. Usually unnecessary, since
@@ -200,7 +213,7 @@ class ContextEngineConversationManager(ConversationManager):
             overhead on every call (the system prompt is counted as a message).
 
     Attributes:
-        engine: The engine.
+        engine: The engine (with a pool: the agent's, once the agent is built).
         commits: How many times ``agent.messages`` was replaced by a committed view.
         removed_message_count: Stored messages a commit removed from the front of
             the history (Strands' session managers skip that many when restoring).
@@ -208,7 +221,7 @@ class ContextEngineConversationManager(ConversationManager):
 
     def __init__(
         self,
-        engine: ContextEngine,
+        engine: ContextEngine | EnginePool,
         *,
         proactive_compression: bool | ProactiveCompressionConfig | None = None,
         compact_command: bool = True,
@@ -217,9 +230,9 @@ class ContextEngineConversationManager(ConversationManager):
         trigger: Trigger | None = None,
         count_request: bool = True,
     ) -> None:
-        if not isinstance(engine, ContextEngine):
+        if not isinstance(engine, (ContextEngine, EnginePool)):
             raise ConfigurationError(
-                f"engine must be a ContextEngine, got {engine!r}; "
+                f"engine must be a ContextEngine or an EnginePool, got {engine!r}; "
                 "build one with ContextEngine.default(context_window=..., summarizer=...)"
             )
         if not isinstance(cap_tool_results, bool):
@@ -227,7 +240,8 @@ class ContextEngineConversationManager(ConversationManager):
                 f"cap_tool_results must be True or False, got {cap_tool_results!r}"
             )
         super().__init__(proactive_compression=proactive_compression)
-        self.engine = engine
+        self.pool = engine if isinstance(engine, EnginePool) else None
+        self._engine = engine if isinstance(engine, ContextEngine) else None
         self.compact_command = compact_command
         self.cap_tool_results = cap_tool_results
         self.commits = 0
@@ -250,7 +264,23 @@ class ContextEngineConversationManager(ConversationManager):
         registry.add_callback(AfterModelCallEvent, self._on_after_model_call)
         registry.add_callback(AfterToolCallEvent, self._on_after_tool_call)
 
+    @property
+    def engine(self) -> ContextEngine:
+        """The engine of this agent's conversation.
+
+        Raises:
+            ConfigurationError: a pool was given and no agent was built with the manager yet.
+        """
+        if self._engine is None:
+            raise ConfigurationError(
+                "this manager takes its engine from an EnginePool when its agent is built; "
+                "pass it to Agent(conversation_manager=...) first"
+            )
+        return self._engine
+
     def _on_agent_initialized(self, event: AgentInitializedEvent) -> None:
+        if self.pool is not None:
+            self._engine = self.pool.engine(_conversation_id(event.agent))
         event.agent.add_middleware(InvokeModelStage.Input, self._project_request)
 
     async def _on_before_invocation(self, event: BeforeInvocationEvent) -> None:

@@ -32,6 +32,7 @@ from context_engine import ContextEngine, ExtractiveSummarizer, Message, Rewrite
 from context_engine.errors import ConfigurationError
 from context_engine.formats.strands import from_strands, to_strands
 from context_engine.integrations._sizing import schema_text
+from context_engine.integrations.conversations import EnginePool
 from context_engine.integrations.strands import ContextEngineConversationManager
 from context_engine.invariants import check_view
 from context_engine.strategies import FullSummary, HardTruncate
@@ -668,3 +669,120 @@ def test_an_explicit_window_wins_over_the_models_limit(counter: FixedTokenCounte
 
     assert (engine.context_window, engine.threshold) == (20_000, 15_000)
     assert engine.overhead_tokens == 40 + model.specs
+
+
+# ------------------------------------------------------------- engines per session
+
+
+class SessionModel(ScriptedModel):
+    """Answers each session by its own script, per turn: seven reads, then a report.
+
+    The session is the tag its user prompts start with (``"a: ..."``). It
+    records what each session's calls were sent, and reports usage.
+    """
+
+    def __init__(self, counter: FixedTokenCounter) -> None:
+        super().__init__(0, counter)
+        self.counts: dict[str, int] = {}
+        self.views: dict[str, list[list[tuple[Any, ...]]]] = {}
+        self.tag = ""
+
+    def tool_call(self, step: int) -> tuple[str, dict[str, Any]] | None:
+        return None if step % 8 == 7 else ("read_file", {"path": f"{self.tag}/{step}.py"})
+
+    async def stream(
+        self, messages: Any, tool_specs: Any = None, system_prompt: Any = None, **kwargs: Any
+    ) -> AsyncIterator[dict[str, Any]]:
+        prompts = [
+            block["text"]
+            for message in messages
+            if message["role"] == "user"
+            for block in message["content"]
+            if "text" in block and ": turn " in block["text"]
+        ]
+        self.tag = prompts[-1].split(":")[0]
+        view = from_strands(messages, system_prompt=system_prompt)
+        self.views.setdefault(self.tag, []).append(
+            [(m.role, m.text, m.tool_calls, m.tool_call_id) for m in view]
+        )
+        self.answered = self.counts.get(self.tag, 0)  # the session's own step (and call ids)
+        async for event in super().stream(messages, tool_specs, system_prompt, **kwargs):
+            yield event
+        self.counts[self.tag] = self.answered
+
+
+class DownForSessionA:
+    """Summarizes session ``b``; fails on session ``a``'s history."""
+
+    def __init__(self) -> None:
+        self.inner = ExtractiveSummarizer()
+
+    def __call__(self, request: Any) -> str:
+        if any("a/" in m.text for m in request.messages):
+            raise RuntimeError("the summarizer is down for session a")
+        return self.inner(request)
+
+
+def session_engine(counter: FixedTokenCounter) -> Callable[[str], ContextEngine]:
+    def build(session: str) -> ContextEngine:
+        return ContextEngine.default(
+            6_000,
+            reserve_tokens=1_500,
+            tool_result_cap=None,
+            summarizer=DownForSessionA(),
+            token_counter=counter,
+            max_consecutive_failures=1,
+            breaker_cooldown_calls=100,
+        )
+
+    return build
+
+
+def run_sessions(
+    counter: FixedTokenCounter,
+    tags: Sequence[str],
+    engine: ContextEngine | EnginePool,
+    storage: Path,
+) -> dict[str, list[list[tuple[Any, ...]]]]:
+    """Three requests per session, taking turns; each request builds its agent, as an app does."""
+    model = SessionModel(counter)
+    for turn in range(3):
+        for tag in tags:
+            agent = Agent(
+                model=model,
+                tools=[read_file],
+                system_prompt=SYSTEM,
+                callback_handler=None,
+                conversation_manager=ContextEngineConversationManager(engine),
+                session_manager=FileSessionManager(session_id=tag, storage_dir=str(storage)),
+            )
+            agent(f"{tag}: turn {turn}, read the modules.")
+    return model.views
+
+
+def test_interleaved_sessions_get_the_views_each_gets_alone(
+    counter: FixedTokenCounter, tmp_path: Path
+) -> None:
+    build = session_engine(counter)
+    pool = EnginePool(build)
+    together = run_sessions(counter, ["a", "b"], pool, tmp_path / "together")
+    alone = {
+        tag: run_sessions(counter, [tag], EnginePool(build), tmp_path / f"alone-{tag}")[tag]
+        for tag in "ab"
+    }
+    shared = run_sessions(counter, ["a", "b"], build("shared"), tmp_path / "shared")
+
+    assert len(together["a"]) == len(together["b"]) == 24
+    assert list(pool) == ["a/default", "b/default"]  # session id and agent id
+    assert together == alone
+    # One engine for both: session a's failing summaries open the breaker b then meets.
+    assert shared["b"] != alone["b"]
+
+
+def test_a_pool_manager_has_its_engine_once_its_agent_is_built(counter: FixedTokenCounter) -> None:
+    manager = ContextEngineConversationManager(EnginePool(session_engine(counter)))
+    with pytest.raises(ConfigurationError, match="when its agent is built"):
+        _ = manager.engine
+    Agent(model=ScriptedModel(1, counter), callback_handler=None, conversation_manager=manager)
+    assert manager.pool is not None
+    assert manager.engine is manager.pool.engine("default")
