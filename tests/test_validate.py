@@ -6,6 +6,7 @@ import importlib
 import inspect
 import pkgutil
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +27,20 @@ from context_engine.archive import MemoryArchive
 from context_engine.archive.redis import RedisArchive
 from context_engine.archive.shared import SharedSummarizerBreaker
 from context_engine.archive.sqlite import SQLiteArchive
+from context_engine.assembly import BudgetProfile, Item
 from context_engine.breaker import CircuitBreaker
 from context_engine.strategies import FullSummary, LightTrim, ToolResultCap, ToolResultMicrocompact
+from context_engine.summarize import Rehydration
+from context_engine.summarize.pinned import Pinned
 from context_engine.summarize.retry import RetryPolicy
 from context_engine.testing import RecordingSummarizer
 from tests.extras import needs
 
 NAN, INF = float("nan"), float("inf")
+
+
+def _profile(share: str, value: float) -> object:
+    return BudgetProfile(name="custom", **{share: value})
 
 
 def _redis_archive(**options: Any) -> object:
@@ -158,6 +166,23 @@ FLOAT_SETTINGS: list[tuple[str, Callable[[float], object]]] = [
         "openai-temperature",
         lambda v: _openai_summarizer(temperature=v),
     ),
+    (
+        "summary-ledger-share",
+        lambda v: FullSummary(summarizer=RecordingSummarizer(), ledger_share=v),
+    ),
+    ("pinned-share", lambda v: Pinned(source=["AGENTS.md: run make lint"], max_share=v)),
+    ("rehydration-share", lambda v: Rehydration(max_share=v)),
+    ("item-relevance", lambda v: Item(id="a", text="b", relevance=v)),
+    *(
+        (f"budget-profile-{share}", partial(_profile, share))
+        for share in (
+            "preferences",
+            "history",
+            "history_without_retrieval",
+            "long_term",
+            "retrieval",
+        )
+    ),
 ]
 
 
@@ -197,6 +222,15 @@ COVERED_FIELDS = {
     ("FullSummary", "max_checkpoint_share"),
     ("ToolResultCap", "max_share"),
     ("ToolResultCap", "max_round_share"),
+    ("FullSummary", "ledger_share"),
+    ("Pinned", "max_share"),
+    ("Rehydration", "max_share"),
+    ("Item", "relevance"),
+    ("BudgetProfile", "preferences"),
+    ("BudgetProfile", "history"),
+    ("BudgetProfile", "history_without_retrieval"),
+    ("BudgetProfile", "long_term"),
+    ("BudgetProfile", "retrieval"),
 }
 
 

@@ -59,9 +59,10 @@ _ENV_FIELDS = {
 def _ratio(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
     if not (isinstance(value, int | float) and 0.0 <= value <= 1.0):
         name = getattr(instance, "name", "?")
+        finite = isinstance(value, int | float) and math.isfinite(value)
         raise ConfigurationError(
             f"budget profile {name!r}: {attribute.name} must be a ratio between 0 and 1, "
-            f"got {value!r}"
+            f"got {value!r}" + ("" if finite else " (nan and infinities are not allowed)")
         )
 
 

@@ -15,6 +15,7 @@ from typing import Literal, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
+from context_engine._validate import check_number
 from context_engine.messages import Message, Role
 
 __all__ = [
@@ -38,8 +39,7 @@ Share: TypeAlias = Literal["preferences", "long_term", "retrieval"]
 
 
 def _relevance(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
-    if not value >= 0:  # also rejects NaN
-        raise ValueError(f"{attribute.name} must be a number >= 0, got {value!r}")
+    check_number(value, "Item", attribute.name)  # a finite number >= 0
 
 
 @attrs.frozen(kw_only=True)

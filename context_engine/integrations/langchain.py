@@ -38,6 +38,8 @@ from typing import Any, TypeAlias
 
 from context_engine.engine import ContextEngine
 from context_engine.errors import ConfigurationError
+from context_engine.integrations._sizing import Sizing, Trigger, mapping_int, schema_text
+from context_engine.integrations.conversations import Conversations, EnginePool
 from context_engine.messages import Message
 from context_engine.overflow import is_context_overflow
 from context_engine.results import CompactResult
@@ -52,6 +54,7 @@ try:
         ModelResponse,
     )
     from langchain_core import exceptions as _lc_exceptions
+    from langchain_core.language_models import BaseChatModel
     from langchain_core.messages import (
         AIMessage,
         AnyMessage,
@@ -59,6 +62,8 @@ try:
         RemoveMessage,
         ToolMessage,
     )
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+    from langgraph.config import get_config
     from langgraph.graph.message import REMOVE_ALL_MESSAGES
     from langgraph.prebuilt.tool_node import ToolCallRequest
     from langgraph.types import Command
@@ -164,29 +169,47 @@ class ContextEngineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     """Keeps every model call of a LangChain agent under the context window.
 
     One engine stands for one conversation (it remembers the last view for
-    cache-friendly extension and its circuit breaker). An agent that serves
-    many threads can share it: every view is still computed from the messages
-    of the call at hand, only the reuse of the previous view is lost.
+    cache-friendly extension and its circuit breaker). An app that serves many
+    LangGraph threads passes an `EnginePool`: each ``thread_id`` (from the
+    run's ``config["configurable"]``) gets its own engine, so one thread's
+    views never depend on another's; a run without a ``thread_id`` is the
+    conversation ``"default"``.
 
     Args:
-        engine: The engine that decides what the model sees.
+        engine: The engine that decides what the model sees, or an
+            `EnginePool` giving one per ``thread_id``.
         compact_command: Treat a last user message ``/compact [instructions]``
             as a manual compaction instead of a question to the model.
         cap_tool_results: Cap every ``ToolMessage`` a tool returns with
             `ContextEngine.cap_tool_result` before it enters the agent state
             (a ``Command`` a tool returns passes as it is).
+        context_window: The window in tokens; None reads the model profile's
+            ``max_input_tokens`` (as ``SummarizationMiddleware`` does), else
+            keeps the engine's own. An explicit value always wins.
+        trigger: ``("fraction", 0.8)`` or ``("tokens", n)``: where compaction
+            starts, like ``SummarizationMiddleware``'s trigger; None keeps the
+            engine's reserve.
+        count_request: Count the request's tool schemas into the engine's
+            overhead on every call (the system prompt is counted as a message).
 
     Raises:
-        ConfigurationError: ``engine`` is not a `ContextEngine`, or a flag is
-            not a bool.
+        ConfigurationError: ``engine`` is not a `ContextEngine` or an
+            `EnginePool`, or a setting is of the wrong type.
     """
 
     def __init__(
-        self, engine: ContextEngine, *, compact_command: bool = True, cap_tool_results: bool = True
+        self,
+        engine: ContextEngine | EnginePool,
+        *,
+        compact_command: bool = True,
+        cap_tool_results: bool = True,
+        context_window: int | None = None,
+        trigger: Trigger | None = None,
+        count_request: bool = True,
     ) -> None:
-        if not isinstance(engine, ContextEngine):
+        if not isinstance(engine, (ContextEngine, EnginePool)):
             raise ConfigurationError(
-                f"engine must be a ContextEngine, got {engine!r}; "
+                f"engine must be a ContextEngine or an EnginePool, got {engine!r}; "
                 "build one with ContextEngine.default(context_window=..., summarizer=...)"
             )
         for flag, value in (
@@ -195,11 +218,30 @@ class ContextEngineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         ):
             if not isinstance(value, bool):
                 raise ConfigurationError(f"{flag} must be True or False, got {value!r}")
-        self.engine = engine
+        self.engine: ContextEngine | None = engine if isinstance(engine, ContextEngine) else None
+        self.pool: EnginePool | None = engine if isinstance(engine, EnginePool) else None
+        self._threads = None if self.pool is None else Conversations(self.pool, _Reader)
         self.compact_command = compact_command
         self.cap_tool_results = cap_tool_results
         self.tools = []
+        self.sizing = Sizing(context_window, trigger, count_request=count_request)
         self._reader = _Reader()
+
+    def _conversation(self) -> tuple[ContextEngine, _Reader]:
+        """The engine and reader of the thread this call belongs to."""
+        if self._threads is None:
+            assert self.engine is not None
+            return self.engine, self._reader
+        return self._threads.get(_thread_id())
+
+    def _size(self, engine: ContextEngine, request: ModelRequest[Any]) -> None:
+        """Size the engine to the request's model window and tool schemas."""
+        tools = request.tools if self.sizing.count_request else ()
+        self.sizing.apply(
+            engine,
+            model_window=_profile_window(request.model),
+            request_text=(schema_text(_tool_schema(t) for t in tools),) if tools else (),
+        )
 
     def wrap_model_call(
         self,
@@ -207,15 +249,17 @@ class ContextEngineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> _Result:
         """Project, call the model, commit or recover (blocking; used by ``invoke``)."""
-        lead, transcript = self._reader.read(request.system_message, request.messages)
+        engine, reader = self._conversation()
+        self._size(engine, request)
+        lead, transcript = reader.read(request.system_message, request.messages)
         turn = run_turn_sync(
-            self.engine,
+            engine,
             transcript,
             lambda view: handler(_with_view(request, view, transcript, len(lead))),
             compact_command=self.compact_command,
             is_overflow=_is_overflow,
         )
-        return _answer(self._reader, turn, request, len(lead))
+        return _answer(reader, turn, request, len(lead))
 
     async def awrap_model_call(
         self,
@@ -223,15 +267,17 @@ class ContextEngineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> _Result:
         """Project, call the model, commit or recover (used by ``ainvoke``)."""
-        lead, transcript = self._reader.read(request.system_message, request.messages)
+        engine, reader = self._conversation()
+        self._size(engine, request)
+        lead, transcript = reader.read(request.system_message, request.messages)
         turn = await run_turn(
-            self.engine,
+            engine,
             transcript,
             lambda view: handler(_with_view(request, view, transcript, len(lead))),
             compact_command=self.compact_command,
             is_overflow=_is_overflow,
         )
-        return _answer(self._reader, turn, request, len(lead))
+        return _answer(reader, turn, request, len(lead))
 
     def wrap_tool_call(
         self,
@@ -243,7 +289,9 @@ class ContextEngineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if not self.cap_tool_results or not isinstance(result, ToolMessage):
             return result
         message = message_from_langchain(result)
-        return _capped_result(result, message, self.engine.cap_tool_result_sync(message))
+        return _capped_result(
+            result, message, self._conversation()[0].cap_tool_result_sync(message)
+        )
 
     async def awrap_tool_call(
         self,
@@ -255,7 +303,37 @@ class ContextEngineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if not self.cap_tool_results or not isinstance(result, ToolMessage):
             return result
         message = message_from_langchain(result)
-        return _capped_result(result, message, await self.engine.cap_tool_result(message))
+        return _capped_result(
+            result, message, await self._conversation()[0].cap_tool_result(message)
+        )
+
+
+def _thread_id() -> str:
+    """The LangGraph ``thread_id`` of the run in progress, or ``"default"`` without one."""
+    try:
+        configurable = get_config().get("configurable") or {}
+    except RuntimeError:  # called outside a LangGraph run (a test calling the hook directly)
+        return "default"
+    thread = configurable.get("thread_id")
+    return "default" if thread is None else str(thread)
+
+
+def _profile_window(model: object) -> int | None:
+    """The model profile's ``max_input_tokens``, or None when the model has no profile."""
+    if not isinstance(model, BaseChatModel):
+        return None
+    return mapping_int(model.profile, "max_input_tokens")
+
+
+def _tool_schema(tool: Any) -> Any:
+    """A tool as the OpenAI-style schema a provider is sent; a dict is taken as it is."""
+    if isinstance(tool, dict):
+        return tool
+    try:
+        return convert_to_openai_tool(tool)
+    except (TypeError, ValueError, NotImplementedError):  # a tool LangChain cannot describe
+        logger.debug("tool=<%r> | no schema; counted by its name", tool, exc_info=True)
+        return getattr(tool, "name", repr(tool))
 
 
 def _capped_result(result: ToolMessage, read: Message, capped: Message) -> ToolMessage:

@@ -60,6 +60,7 @@ from context_engine.integrations._openai_agents_state import (
     MessageCache,
     MessageCaches,
 )
+from context_engine.integrations._sizing import Sizing, Trigger, schema_text
 from context_engine.messages import Message
 from context_engine.overflow import is_context_overflow
 from context_engine.results import CompactResult
@@ -123,6 +124,33 @@ def _without_head(messages: Sequence[Message], head: Message | None) -> tuple[Me
     return tuple(messages)
 
 
+def _tool_schemas(agent: Any) -> list[Any]:
+    """The schemas the agent's model call carries: its tools and its handoffs.
+
+    A function tool is sent as its name, description and JSON schema; a hosted
+    tool by its name; a handoff as a tool named after the agent it hands to.
+    """
+    schemas: list[Any] = []
+    for tool in getattr(agent, "tools", None) or ():
+        schemas.append(
+            {
+                "name": getattr(tool, "name", type(tool).__name__),
+                "description": getattr(tool, "description", None),
+                "parameters": getattr(tool, "params_json_schema", None),
+            }
+        )
+    for handoff in getattr(agent, "handoffs", None) or ():
+        schemas.append(
+            {
+                "name": getattr(handoff, "tool_name", None) or getattr(handoff, "name", ""),
+                "description": getattr(handoff, "tool_description", None)
+                or getattr(handoff, "handoff_description", None),
+                "parameters": getattr(handoff, "input_json_schema", None),
+            }
+        )
+    return schemas
+
+
 def _is(first: object, second: object) -> bool:
     return first is second
 
@@ -156,13 +184,28 @@ class ContextEngineInputFilter:
         engine: The engine that decides what each model call sees.
         cap_tool_results: Cap each new tool output with `ContextEngine.cap_tool_result`
             and commit the capped history (the original goes to the engine's archive).
+        context_window: The window in tokens; None keeps the engine's own (the
+            SDK's models do not state their window).
+        trigger: ``("fraction", 0.8)`` or ``("tokens", n)``: where compaction
+            starts; None keeps the engine's reserve.
+        count_request: Count the calling agent's tool schemas and handoffs into
+            the engine's overhead on every call (its instructions are counted
+            as the leading system message).
 
     Raises:
-        ConfigurationError: ``engine`` is not a `ContextEngine`, or
-            ``cap_tool_results`` is not a bool.
+        ConfigurationError: ``engine`` is not a `ContextEngine`, or a setting
+            is of the wrong type.
     """
 
-    def __init__(self, engine: ContextEngine, *, cap_tool_results: bool = True) -> None:
+    def __init__(
+        self,
+        engine: ContextEngine,
+        *,
+        cap_tool_results: bool = True,
+        context_window: int | None = None,
+        trigger: Trigger | None = None,
+        count_request: bool = True,
+    ) -> None:
         if not isinstance(engine, ContextEngine):
             raise ConfigurationError(
                 f"ContextEngineInputFilter needs a ContextEngine, got {engine!r}; "
@@ -174,6 +217,7 @@ class ContextEngineInputFilter:
             )
         self.engine = engine
         self.cap_tool_results = cap_tool_results
+        self.sizing = Sizing(context_window, trigger, count_request=count_request)
         self._caches = MessageCaches()
         self._commits = Commits()
         self._head: Message | None = None
@@ -188,6 +232,8 @@ class ContextEngineInputFilter:
     async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
         """Project the input of one model call; the SDK calls this before every call."""
         model_data = data.model_data
+        tools = _tool_schemas(data.agent) if self.sizing.count_request else []
+        self.sizing.apply(self.engine, request_text=(schema_text(tools),) if tools else ())
         prepared = await self._capped(self._prepare(model_data.input, model_data.instructions))
         turn = await self._start(prepared)
         return turn.data()

@@ -58,6 +58,8 @@ from context_engine.engine import ContextEngine
 from context_engine.errors import CompactionError, ConfigurationError
 from context_engine.formats._pydantic_ai_write import Group
 from context_engine.formats.pydantic_ai import from_pydantic_ai, read_groups, write_history
+from context_engine.integrations._sizing import Sizing, Trigger, schema_text
+from context_engine.integrations.conversations import Conversations, EnginePool
 from context_engine.messages import Message, TextBlock
 from context_engine.results import CompactResult
 from context_engine.turn import ModelCallStep, TurnResult, TurnStep, advance_turn, turn_flow
@@ -192,7 +194,10 @@ class ContextEngineCapability(AbstractCapability[Any]):
 
     Args:
         engine: The engine of the session (one per conversation: it remembers
-            the last view for usage anchors, snapshots and its circuit breaker).
+            the last view for usage anchors, snapshots and its circuit breaker),
+            or an `EnginePool` giving each run the engine of its
+            ``conversation_id`` (``agent.run(..., conversation_id=...)``, or
+            the one pydantic-ai reads from ``message_history``).
         recover_overflow: Recover from a context-length error and retry once.
         compact_command: Treat a user prompt ``/compact [instructions]`` as a
             request to compact the history now, without calling the model.
@@ -201,14 +206,55 @@ class ContextEngineCapability(AbstractCapability[Any]):
             A result the preview cannot stand for (images, a denied call) is
             kept; a ``ToolReturn`` keeps its content and metadata, only its
             ``return_value`` is capped.
+        context_window: The window in tokens; None reads the model profile's
+            ``context_window`` (a ``FallbackModel``'s is the smallest of its
+            models'), else keeps the engine's own. An explicit value always wins.
+        trigger: ``("fraction", 0.8)`` or ``("tokens", n)``: where compaction
+            starts; None keeps the engine's reserve.
+        count_request: Count each request's tool definitions (function and
+            output tools) and ``instructions`` into the engine's overhead;
+            pydantic-ai sends them beside the message history.
+
+    Raises:
+        ConfigurationError: ``context_window`` or ``trigger`` is malformed.
     """
 
-    engine: ContextEngine
+    engine: ContextEngine | EnginePool
     recover_overflow: bool = True
     compact_command: bool = True
     cap_tool_results: bool = True
+    context_window: int | None = None
+    trigger: Trigger | None = None
+    count_request: bool = True
     _reader: _Reader = dataclasses.field(default_factory=_Reader, init=False, repr=False)
     _turn: _Turn | None = dataclasses.field(default=None, init=False, repr=False)
+    _sizing: Sizing = dataclasses.field(init=False, repr=False)
+    _conversations: Conversations[_Reader] | None = dataclasses.field(
+        default=None, init=False, repr=False
+    )
+    # The engine of the run's conversation (the engine itself without a pool).
+    _engine: ContextEngine | None = dataclasses.field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.engine, (ContextEngine, EnginePool)):
+            raise ConfigurationError(
+                f"engine must be a ContextEngine or an EnginePool, got {self.engine!r}"
+            )
+        self._sizing = Sizing(self.context_window, self.trigger, count_request=self.count_request)
+        if isinstance(self.engine, ContextEngine):
+            self._engine = self.engine
+        else:
+            self._conversations = Conversations(self.engine, _Reader)
+
+    @property
+    def _run_engine(self) -> ContextEngine:
+        """The engine of the run in progress."""
+        if self._engine is None:
+            raise ConfigurationError(
+                "a ContextEngineCapability with an EnginePool picks its engine per run: "
+                "use it through an Agent"
+            )
+        return self._engine
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -216,9 +262,17 @@ class ContextEngineCapability(AbstractCapability[Any]):
         return None
 
     async def for_run(self, ctx: RunContext[Any]) -> ContextEngineCapability:
-        """A copy with its own per-run state; the engine and the read messages are shared."""
+        """A copy with its own per-run state; the engine and the read messages are shared.
+
+        With an `EnginePool` the copy holds the engine (and the read messages)
+        of the run's ``conversation_id``.
+        """
         run = dataclasses.replace(self)
-        run._reader = self._reader
+        run._sizing, run._conversations = self._sizing, self._conversations
+        if self._conversations is None:
+            run._engine, run._reader = self._engine, self._reader
+        else:
+            run._engine, run._reader = self._conversations.get(ctx.conversation_id or "default")
         return run
 
     async def prepare_model_request(
@@ -231,13 +285,18 @@ class ContextEngineCapability(AbstractCapability[Any]):
             turn.retry = False
             request_context.messages = list(ctx.messages)
             return request_context
+        self._sizing.apply(
+            self._run_engine,
+            model_window=request_context.model.context_window,
+            request_text=_request_text(request_context) if self.count_request else (),
+        )
         bridge = self._reader.read(request_context.messages)
         last_group = bridge.groups[-1][1] if bridge.groups else ()
         flow = turn_flow(
             bridge.transcript, compact_command=self.compact_command and len(last_group) == 1
         )
         self._turn = turn = _Turn(flow, bridge)
-        step = await advance_turn(self.engine, flow)
+        step = await advance_turn(self._run_engine, flow)
         if isinstance(step, TurnResult):
             raise _compacted(ctx, bridge, step)
         if step.commit is not None:
@@ -265,7 +324,7 @@ class ContextEngineCapability(AbstractCapability[Any]):
             tool_name=call.tool_name, content=value, tool_call_id=call.tool_call_id
         )
         (read,) = from_pydantic_ai([pm.ModelRequest(parts=[part])])
-        capped = await self.engine.cap_tool_result(read)
+        capped = await self._run_engine.cap_tool_result(read)
         if capped is read or not all(isinstance(b, TextBlock) for b in capped.content):
             return result  # images stay whole: a text preview cannot stand for them
         return dataclasses.replace(result, return_value=capped.text) if returned else capped.text
@@ -277,13 +336,30 @@ class ContextEngineCapability(AbstractCapability[Any]):
         turn, self._turn = self._turn, None
         if not self.recover_overflow or turn is None:
             raise error
-        step = await advance_turn(self.engine, turn.flow, error)  # raises it when it must
+        step = await advance_turn(self._run_engine, turn.flow, error)  # raises it when it must
         assert isinstance(step, ModelCallStep)  # the flow returns only after a model answer
         ctx.messages[:] = turn.bridge.write(step.messages, kept=True)
         turn.retry = True
         self._turn = turn
         logger.info("step=<%d> | context overflow recovered, retrying", ctx.run_step)
         raise RetryModelRequest()
+
+
+def _request_text(request_context: ModelRequestContext) -> tuple[str, ...]:
+    """What the request sends beside the history: tool definitions and instructions."""
+    parameters = request_context.model_request_parameters
+    tools = [*parameters.function_tools, *parameters.output_tools]
+    schemas = schema_text(
+        {
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.parameters_json_schema,
+        }
+        for tool in tools
+    )
+    parts = parameters.instruction_parts or ()
+    instructions = pm.InstructionPart.join(parts) or ""
+    return (schemas if tools else "", instructions)
 
 
 @dataclasses.dataclass

@@ -81,6 +81,8 @@ from context_engine.formats.strands import (
     system_from_strands,
     to_strands,
 )
+from context_engine.integrations._sizing import Sizing, Trigger, schema_text
+from context_engine.integrations.conversations import EnginePool
 
 if TYPE_CHECKING:
     from strands.agent.agent import Agent
@@ -107,6 +109,13 @@ def _system_prompt(agent: Any) -> Any:
     """The agent's system prompt in the form its model requests carry it."""
     content = getattr(agent, "system_prompt_content", None)
     return content if content is not None else getattr(agent, "system_prompt", None)
+
+
+def _conversation_id(agent: Any) -> str:
+    """``session_id/agent_id`` under a session manager, else the ``agent_id``."""
+    agent_id = str(getattr(agent, "agent_id", "default"))
+    session = getattr(getattr(agent, "_session_manager", None), "session_id", None)
+    return agent_id if session is None else f"{session}/{agent_id}"
 
 
 class _Transcripts:
@@ -177,11 +186,16 @@ def _common_tail(old: Sequence[StrandsMessage], new: Sequence[StrandsMessage]) -
 class ContextEngineConversationManager(ConversationManager):
     """A Strands ``ConversationManager`` that lets a `ContextEngine` shape every model call.
 
-    Use one manager (and one engine) per agent: the engine remembers the views
-    it returned for that conversation.
+    Use one manager per agent: the engine remembers the views it returned for
+    that conversation.
 
     Args:
-        engine: The engine of this agent's session.
+        engine: The engine of this agent's session, or an `EnginePool` shared
+            by the managers of many agents: each agent then takes the engine
+            of its conversation, the session manager's ``session_id`` and the
+            ``agent_id`` (the ``agent_id`` alone without a session manager),
+            so an app that builds an agent per request keeps one engine per
+            session across requests.
         proactive_compression: Strands' proactive compression setting: when its
             estimate of the next call passes the ratio, ``reduce_context`` is
             called without an error and compacts. Usually unnecessary, since
@@ -190,9 +204,16 @@ class ContextEngineConversationManager(ConversationManager):
             manual compaction (the model is not called for it).
         cap_tool_results: Cap every tool result with `ContextEngine.cap_tool_result`
             when the tool returns it, before it enters ``agent.messages``.
+        context_window: The window in tokens; None reads the model's
+            ``context_window_limit``, else keeps the engine's own. An explicit
+            value always wins.
+        trigger: ``("fraction", 0.8)`` or ``("tokens", n)``: where compaction
+            starts; None keeps the engine's reserve.
+        count_request: Count the call's ``tool_specs`` into the engine's
+            overhead on every call (the system prompt is counted as a message).
 
     Attributes:
-        engine: The engine.
+        engine: The engine (with a pool: the agent's, once the agent is built).
         commits: How many times ``agent.messages`` was replaced by a committed view.
         removed_message_count: Stored messages a commit removed from the front of
             the history (Strands' session managers skip that many when restoring).
@@ -200,15 +221,18 @@ class ContextEngineConversationManager(ConversationManager):
 
     def __init__(
         self,
-        engine: ContextEngine,
+        engine: ContextEngine | EnginePool,
         *,
         proactive_compression: bool | ProactiveCompressionConfig | None = None,
         compact_command: bool = True,
         cap_tool_results: bool = True,
+        context_window: int | None = None,
+        trigger: Trigger | None = None,
+        count_request: bool = True,
     ) -> None:
-        if not isinstance(engine, ContextEngine):
+        if not isinstance(engine, (ContextEngine, EnginePool)):
             raise ConfigurationError(
-                f"engine must be a ContextEngine, got {engine!r}; "
+                f"engine must be a ContextEngine or an EnginePool, got {engine!r}; "
                 "build one with ContextEngine.default(context_window=..., summarizer=...)"
             )
         if not isinstance(cap_tool_results, bool):
@@ -216,10 +240,12 @@ class ContextEngineConversationManager(ConversationManager):
                 f"cap_tool_results must be True or False, got {cap_tool_results!r}"
             )
         super().__init__(proactive_compression=proactive_compression)
-        self.engine = engine
+        self.pool = engine if isinstance(engine, EnginePool) else None
+        self._engine = engine if isinstance(engine, ContextEngine) else None
         self.compact_command = compact_command
         self.cap_tool_results = cap_tool_results
         self.commits = 0
+        self.sizing = Sizing(context_window, trigger, count_request=count_request)
         # Messages in front of the stored ones (the checkpoint, a kept prompt): agent.messages
         # is this head plus the stored messages after the first removed_message_count.
         self._head: list[StrandsMessage] = []
@@ -238,7 +264,23 @@ class ContextEngineConversationManager(ConversationManager):
         registry.add_callback(AfterModelCallEvent, self._on_after_model_call)
         registry.add_callback(AfterToolCallEvent, self._on_after_tool_call)
 
+    @property
+    def engine(self) -> ContextEngine:
+        """The engine of this agent's conversation.
+
+        Raises:
+            ConfigurationError: a pool was given and no agent was built with the manager yet.
+        """
+        if self._engine is None:
+            raise ConfigurationError(
+                "this manager takes its engine from an EnginePool when its agent is built; "
+                "pass it to Agent(conversation_manager=...) first"
+            )
+        return self._engine
+
     def _on_agent_initialized(self, event: AgentInitializedEvent) -> None:
+        if self.pool is not None:
+            self._engine = self.pool.engine(_conversation_id(event.agent))
         event.agent.add_middleware(InvokeModelStage.Input, self._project_request)
 
     async def _on_before_invocation(self, event: BeforeInvocationEvent) -> None:
@@ -290,8 +332,24 @@ class ContextEngineConversationManager(ConversationManager):
         if turn is not None and turn.retry is not None:
             view, turn.retry = turn.retry, None  # the one retry after a recovery
             return context.replace(messages=to_strands(view))
+        self._size(context.model, context.tool_specs)
         step = await self._start(context.agent, context.system_prompt)
         return context.replace(messages=to_strands(step.messages)) if step.changed else context
+
+    def _size(self, model: Any, tool_specs: Sequence[Any] | None) -> None:
+        """Size the engine to the model's ``context_window_limit`` and the call's tool specs."""
+        specs = tool_specs if self.sizing.count_request and tool_specs else ()
+        self.sizing.apply(
+            self.engine,
+            model_window=getattr(model, "context_window_limit", None),
+            request_text=(schema_text(specs),) if specs else (),
+        )
+
+    def _size_for(self, agent: Any) -> None:
+        """`_size` outside a model call: the agent's model and all its tools."""
+        registry = getattr(agent, "tool_registry", None)
+        specs = registry.get_all_tool_specs() if registry is not None else None
+        self._size(getattr(agent, "model", None), specs)
 
     async def _start(self, agent: Any, system_prompt: Any) -> ModelCallStep:
         """Start the turn of a model call: project, and commit what the engine says to."""
@@ -309,6 +367,7 @@ class ContextEngineConversationManager(ConversationManager):
 
     async def _project(self, agent: Any, system_prompt: Any) -> Sequence[Message] | None:
         """Project the agent's history, commit when the engine says so; None when unchanged."""
+        self._size_for(agent)
         transcript = self._transcripts.convert(agent.messages, system_prompt)
         try:
             projection = await self.engine.project(transcript)
@@ -418,6 +477,7 @@ class ContextEngineConversationManager(ConversationManager):
         Raises:
             CompactionError: As `ContextEngine.compact`; the history is left as is.
         """
+        self._size_for(agent)
         transcript = self._transcripts.convert(agent.messages, _system_prompt(agent))
         result = await self.engine.compact(transcript, instructions or None)
         if result.commit is not None:  # the transcript part: provider blocks are never kept

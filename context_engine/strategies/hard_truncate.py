@@ -56,6 +56,7 @@ from context_engine.structure import (
     analyze,
     is_user_message,
 )
+from context_engine.summarize.instructions import split_instructions
 from context_engine.tokens import TokenCounter
 
 __all__ = [
@@ -271,19 +272,24 @@ def _trim_checkpoint(
     references = (*checkpoint.references, removal.reference) if budget.archiving else ()
     share = max(0.0, (size - (tokens - budget.threshold)) / max(1, size))
     messages: tuple[Message, ...] = view
+    # The user's instructions section (task statement, constraints) goes last of all.
+    section, body = split_instructions(checkpoint.summary)
+    head = checkpoint.summary[: len(checkpoint.summary) - len(body)] if section else ""
     # Cut by the excess, then by more (the marker and framing cost tokens too), then
-    # the file lists, files read first: what first fits is sent.
-    for keep, keep_read, keep_modified in (
-        (share, True, True),
-        (share / 2, True, True),
-        (0.0, True, True),
-        (0.0, False, True),
-        (0.0, False, False),
+    # the file lists, files read first, then the instructions: what first fits is sent.
+    for keep, keep_head, keep_read, keep_modified in (
+        (share, True, True, True),
+        (share / 2, True, True, True),
+        (0.0, True, True, True),
+        (0.0, True, False, True),
+        (0.0, True, False, False),
+        (0.0, False, False, False),
     ):
-        half = int(len(checkpoint.summary) * keep / 2)
+        text = body if keep_head else checkpoint.summary
+        half = int(len(text) * keep / 2)
         shorter = attrs.evolve(
             checkpoint,
-            summary=trim_text(checkpoint.summary, head=half, tail=half),
+            summary=(head if keep_head else "") + trim_text(text, head=half, tail=half),
             references=references or checkpoint.references,
             read_files=checkpoint.read_files if keep_read else (),
             modified_files=checkpoint.modified_files if keep_modified else (),

@@ -21,7 +21,9 @@ from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.config import get_config
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -29,11 +31,14 @@ from pydantic import Field
 
 from context_engine import ConfigurationError, ContextEngine, RewriteEvent, StrategyResult
 from context_engine.formats.langchain import from_langchain, message_from_langchain
+from context_engine.integrations._sizing import schema_text
+from context_engine.integrations.conversations import EnginePool
 from context_engine.integrations.langchain import ContextEngineMiddleware
 from context_engine.invariants import check_view
 from context_engine.strategies import FullSummary, HardTruncate
 from context_engine.strategies.base import Budget
 from context_engine.summarize.extractive import ExtractiveSummarizer
+from context_engine.summarize.request import SummaryRequest
 from context_engine.testing import FixedTokenCounter, RecordingSummarizer
 from context_engine.tokens import REQUEST_OVERHEAD_TOKENS
 
@@ -622,3 +627,259 @@ def test_provider_blocks_reach_every_model_call_and_never_the_state(mode: str) -
     compacted = invoke(agent, [HumanMessage("/compact")], mode, thread_id="t")
     assert len(events.compacted) == 1
     assert not provided & {m.content for m in compacted["messages"]}
+
+
+# ------------------------------------------------------- window and overhead from the runtime
+
+SCHEMA_NOTE = "Give the path relative to the repository root; globs are not expanded. " * 4
+
+
+@tool
+def search_code(
+    pattern: str, path: str, language: str, max_results: int, case_sensitive: bool
+) -> str:
+    """Search the code base for a regular expression and return every matching line.
+
+    Args:
+        pattern: The regular expression, in Python syntax, matched line by line.
+        path: Where to search. Give the path relative to the repository root.
+        language: Only files of this language (python, rust, go, typescript).
+        max_results: Stop after this many matches.
+        case_sensitive: Match case exactly.
+    """
+    return f"{pattern} in {path}:\n" + "\n".join(f"{path}/m{n}.py:{n}: match" for n in range(200))
+
+
+read_file_documented = tool(
+    "read_file",
+    description=f"Read a source file and return its whole text. {SCHEMA_NOTE}",
+)(read_file.func)
+
+
+class ToolAwareModel(ScriptedModel):
+    """A ScriptedModel that is sent the tool schemas, as a provider is; it reports no usage.
+
+    Like LangChain's own fake models it leaves ``usage_metadata`` unset, so the
+    engine has no provider anchor to learn the schemas' size from.
+    """
+
+    schemas: list[dict[str, Any]] = Field(default_factory=list)
+    requests: list[int] = Field(default_factory=list)
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> ToolAwareModel:  # type: ignore[override]
+        self.schemas = [convert_to_openai_tool(t) for t in tools]
+        return self
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
+        result = super()._generate(messages, stop, run_manager, **kw)
+        tokens = prompt_tokens(messages) + COUNTER.count_text(schema_text(self.schemas))
+        self.requests.append(tokens)
+        message = result.generations[0].message
+        assert isinstance(message, AIMessage)
+        message.usage_metadata = None
+        return result
+
+
+def sized_run(mode: str, *, count_request: bool) -> tuple[ToolAwareModel, ContextEngine, Any]:
+    engine = ContextEngine.default(
+        100_000, summarizer=ExtractiveSummarizer(), token_counter=COUNTER
+    )
+    model = ToolAwareModel(steps=45, tool="search_code", profile={"max_input_tokens": 8_000})
+    middleware = ContextEngineMiddleware(
+        engine, trigger=("fraction", 0.8), count_request=count_request
+    )
+    agent = create_agent(
+        model,
+        tools=[read_file_documented, search_code],
+        system_prompt="You search code bases. " * 20,
+        middleware=[middleware],
+    )
+    model.plan = lambda n: (
+        None if n >= 45 else ("search_code", {"pattern": f"def f{n}", "path": "src"})
+    )
+    result = invoke(agent, [HumanMessage("Find every definition.")], mode)
+    return model, engine, result
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_window_comes_from_the_model_profile_and_tool_schemas_count_on_every_call(
+    mode: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model, engine, result = sized_run(mode, count_request=True)
+    uncounted, _, _ = sized_run(mode, count_request=False)
+
+    assert result["messages"][-1].content == "done"
+    assert engine.context_window == 8_000  # the profile's, not the 100k the engine was built with
+    assert engine.threshold == 6_400  # ("fraction", 0.8)
+    schema_tokens = COUNTER.count_text(schema_text(model.schemas))
+    assert schema_tokens > 300  # sizeable schemas, so leaving them out matters
+    assert engine.overhead_tokens == schema_tokens
+    assert len(model.requests) == 46
+    assert max(model.requests) <= 6_400
+    assert max(uncounted.requests) > 6_400  # the schemas pushed requests over
+    with capsys.disabled():
+        print(
+            f"\nlangchain {mode} 8k/0.8: request max {max(model.requests)} with tool schemas "
+            f"counted, {max(uncounted.requests)} without (schemas {schema_tokens} tokens)"
+        )
+
+
+def test_an_explicit_window_wins_over_the_model_profile() -> None:
+    engine = ContextEngine.default(100_000, token_counter=COUNTER)
+    model = ToolAwareModel(steps=2, profile={"max_input_tokens": 8_000})
+    middleware = ContextEngineMiddleware(engine, context_window=20_000, trigger=("tokens", 15_000))
+    agent = create_agent(model, tools=[read_file], middleware=[middleware])
+
+    invoke(agent, [HumanMessage("Read two modules.")], "sync")
+
+    assert (engine.context_window, engine.threshold) == (20_000, 15_000)
+
+
+def test_a_model_without_a_profile_keeps_the_engines_window_and_reserve() -> None:
+    engine = ContextEngine.default(12_000, reserve_tokens=2_000, overhead_tokens=50)
+    model = ToolAwareModel(steps=1)
+    agent = create_agent(model, tools=[read_file], middleware=[ContextEngineMiddleware(engine)])
+
+    invoke(agent, [HumanMessage("Read a module.")], "sync")
+
+    assert (engine.context_window, engine.threshold) == (12_000, 10_000)
+    schemas = engine.counter.count_text(schema_text(model.schemas))
+    assert engine.overhead_tokens == 50 + schemas  # the engine's own overhead is kept
+
+
+@pytest.mark.parametrize(
+    "trigger", [("fraction", 1.5), ("fraction", 0), ("tokens", -3), ("percent", 80), 0.8]
+)
+def test_a_bad_trigger_is_refused_with_its_form(trigger: Any) -> None:
+    engine = ContextEngine.default(8_000)
+    with pytest.raises(ConfigurationError, match="trigger must be"):
+        ContextEngineMiddleware(engine, trigger=trigger)
+
+
+# ------------------------------------------------------------------ engines per thread
+
+
+class ThreadModel(ScriptedModel):
+    """Answers each LangGraph thread by its own script: seven log reads, then ``done``, per turn.
+
+    It records the messages each thread's calls were sent, and reports usage like a provider.
+    """
+
+    counts: dict[str, int] = Field(default_factory=dict)
+    views: dict[str, list[list[BaseMessage]]] = Field(default_factory=dict)
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
+        thread = str(get_config()["configurable"]["thread_id"])
+        self.views.setdefault(thread, []).append(list(messages))
+        step = self.counts.get(thread, 0)
+        self.counts[thread] = step + 1
+        if step % 8 == 7:
+            message = AIMessage(f"{thread}: done")
+        else:
+            call = {"name": "read_log", "args": {"path": f"{thread}/{step}.log"}, "id": f"c{step}"}
+            message = AIMessage(f"{thread}: reading log {step}, {NOTE}", tool_calls=[call])
+        tokens = prompt_tokens(messages)
+        message.usage_metadata = {
+            "input_tokens": tokens,
+            "output_tokens": 0,
+            "total_tokens": tokens,
+        }
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+
+def shape(messages: Sequence[BaseMessage]) -> list[tuple[Any, ...]]:
+    """What a model call was sent, without the ids LangGraph and the commits generate."""
+    return [
+        (
+            m.type,
+            m.content,
+            [(c["name"], c["args"], c["id"]) for c in getattr(m, "tool_calls", [])],
+            getattr(m, "tool_call_id", None),
+        )
+        for m in messages
+    ]
+
+
+class DownForThreadA:
+    """Summarizes thread ``b``; fails on thread ``a``'s history (its provider is down)."""
+
+    def __init__(self) -> None:
+        self.inner = ExtractiveSummarizer()
+
+    def __call__(self, request: SummaryRequest) -> str:
+        if any("a: reading log" in m.text for m in request.messages):
+            raise RuntimeError("the summarizer is down for thread a")
+        return self.inner(request)
+
+
+def thread_engine(thread: str) -> ContextEngine:
+    """A conversation's engine; its breaker opens on the first failed summary."""
+    return ContextEngine.default(
+        5_000,
+        reserve_tokens=1_000,
+        summarizer=DownForThreadA(),
+        token_counter=COUNTER,
+        max_consecutive_failures=1,
+        breaker_cooldown_calls=100,
+    )
+
+
+def run_threads(
+    threads: Sequence[str], mode: str, engine: ContextEngine | EnginePool
+) -> dict[str, list[list[tuple[Any, ...]]]]:
+    """Three turns per thread, the threads taking turns, through one agent and checkpointer."""
+    model = ThreadModel()
+    agent = create_agent(
+        model,
+        tools=[read_log],
+        system_prompt="You read logs.",
+        middleware=[ContextEngineMiddleware(engine)],
+        checkpointer=InMemorySaver(),
+    )
+    for turn in range(3):
+        for thread in threads:
+            invoke(agent, [HumanMessage(f"Turn {turn}: read the logs.")], mode, thread_id=thread)
+    return {thread: [shape(view) for view in views] for thread, views in model.views.items()}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_interleaved_threads_get_the_views_each_gets_alone(mode: str) -> None:
+    together = run_threads(["a", "b"], mode, EnginePool(thread_engine))
+    alone = {
+        thread: run_threads([thread], mode, EnginePool(thread_engine))[thread]
+        for thread in ("a", "b")
+    }
+    shared = run_threads(["a", "b"], mode, thread_engine("shared"))
+
+    assert len(together["a"]) == len(together["b"]) == 24
+    assert together == alone
+    # One engine for both: thread a's failing summaries open the breaker thread b then meets.
+    assert shared["a"] == alone["a"]
+    assert shared["b"] != alone["b"]
+
+
+def test_the_pool_keeps_the_most_recently_used_threads() -> None:
+    built: list[str] = []
+
+    def factory(thread: str) -> ContextEngine:
+        built.append(thread)
+        return thread_engine(thread)
+
+    pool = EnginePool(factory, max_conversations=2)
+    first = pool.engine("a")
+    pool.engine("b")
+    assert pool.engine("a") is first  # used again: kept, not rebuilt
+    pool.engine("c")  # "b" is now the least recently used: dropped
+
+    assert list(pool) == ["a", "c"]
+    assert "b" not in pool
+    assert len(pool) == 2
+    assert built == ["a", "b", "c"]
+    with pytest.raises(ConfigurationError, match="max_conversations"):
+        EnginePool(factory, max_conversations=0)
+    with pytest.raises(ConfigurationError, match="must return a ContextEngine"):
+        EnginePool(lambda thread: None).engine("a")  # type: ignore[arg-type,return-value]

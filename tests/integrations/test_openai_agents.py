@@ -38,10 +38,12 @@ from context_engine.integrations._openai_agents_state import (
     MessageCache,
     MessageCaches,
 )
+from context_engine.integrations._sizing import schema_text
 from context_engine.integrations.openai_agents import (
     ContextEngineInputFilter,
     ContextEngineModel,
     ContextEngineSession,
+    _tool_schemas,
 )
 from context_engine.invariants import check_view
 from context_engine.strategies import FullSummary, HardTruncate
@@ -901,3 +903,77 @@ def test_round_trip_of_the_tool_call_shape_used_in_these_tests() -> None:
     (message,) = from_openai_agents(items)
     assert message.tool_calls == (ToolCall("c", "read_file", '{"path":"a.py"}'),)
     assert to_openai_agents([message]) == items
+
+
+# ------------------------------------------------------- window and overhead from the runtime
+
+
+@function_tool
+def search_code(pattern: str, path: str, language: str, max_results: int) -> str:
+    """Search the code base for a regular expression and return every matching line.
+
+    Args:
+        pattern: The regular expression, in Python syntax, matched line by line against
+            every file under the path; groups are ignored.
+        path: Where to search, relative to the repository root; globs are not expanded.
+        language: Only files of this language: python, rust, go or typescript.
+        max_results: Stop after this many matches; the rest are counted, not listed.
+    """
+    return f"{pattern} in {path}:\n" + "\n".join(f"{path}/m{n}.py:{n}: match" for n in range(60))
+
+
+def schema_tokens(counter: FixedTokenCounter, call: ModelCall) -> int:
+    """The tool schemas the call carried, as the filter describes them to the engine."""
+    return counter.count_text(schema_text(_tool_schemas(Agent(name="a", tools=list(call.tools)))))
+
+
+async def sized_run(*, count_request: bool) -> tuple[ScriptedModel, Harness, list[int]]:
+    harness = make_harness(window=100_000, reserve=None, tool_result_cap="default")
+    harness.input_filter = ContextEngineInputFilter(
+        harness.engine, context_window=8_000, trigger=("fraction", 0.8), count_request=count_request
+    )
+
+    def search(n: int) -> ModelStep:
+        arguments = {"pattern": f"f{n}", "path": "src", "language": "python", "max_results": 60}
+        text = f"Step {n}: searching for the next definition, noting what each one returns. " * 3
+        return ModelStep(
+            output=[
+                assistant_message(text, item_id=f"msg_{n}"),
+                function_call("search_code", arguments, call_id=f"c{n}"),
+            ]
+        )
+
+    final = ModelStep(output=[assistant_message("done", item_id="msg_final")])
+    model = ScriptedModel([*(search(n) for n in range(45)), final])
+    agent = Agent(
+        name="searcher", instructions=INSTRUCTIONS * 5, model=model, tools=[search_code, read_file]
+    )
+    result = await Runner.run(
+        agent, "Find every definition.", run_config=harness.run_config(), max_turns=60
+    )
+    assert result.final_output == "done"
+    requests = [
+        harness.tokens(harness.view(call)) + schema_tokens(harness.counter, call)
+        for call in model.calls
+    ]
+    return model, harness, requests
+
+
+async def test_tool_schemas_count_on_every_call_and_the_trigger_sets_the_threshold(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    model, harness, requests = await sized_run(count_request=True)
+    _, _, uncounted = await sized_run(count_request=False)
+
+    schemas = schema_tokens(harness.counter, model.calls[0])
+    assert schemas > 200  # sizeable tool schemas
+    assert (harness.engine.context_window, harness.engine.threshold) == (8_000, 6_400)
+    assert harness.engine.overhead_tokens == schemas
+    assert len(requests) == 46
+    assert max(requests) <= 6_400
+    assert max(uncounted) > 6_400
+    with capsys.disabled():
+        print(
+            f"\nopenai-agents 8k/0.8: request max {max(requests)} with tool schemas counted, "
+            f"{max(uncounted)} without (schemas {schemas} tokens)"
+        )

@@ -26,16 +26,20 @@ from pydantic_ai.exceptions import (
     ModelRateLimitError,
 )
 from pydantic_ai.models import ModelRequestContext
+from pydantic_ai.models.fallback import FallbackModel
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.instrumented import InstrumentationSettings
 from pydantic_ai.usage import RequestUsage
 
 from context_engine import ContextEngine, Message, RewriteEvent
 from context_engine.formats.pydantic_ai import REQUEST_KEY, from_pydantic_ai, to_pydantic_ai
+from context_engine.integrations._sizing import schema_text
+from context_engine.integrations.conversations import EnginePool
 from context_engine.integrations.pydantic_ai import ContextEngineCapability, history_processor
 from context_engine.invariants import check_view
 from context_engine.strategies import FullSummary, HardTruncate
 from context_engine.summarize.extractive import ExtractiveSummarizer
+from context_engine.summarize.request import SummaryRequest
 from context_engine.testing import FixedTokenCounter, RecordingSummarizer, synthetic_session
 
 pytestmark = pytest.mark.extra("pydantic-ai")
@@ -597,3 +601,216 @@ async def test_history_processor_refuses_an_engine_with_context_providers() -> N
     plain.add_provider(StaticProvider(text="rules", name="rules"))
     with pytest.raises(ConfigurationError, match="use ContextEngineCapability"):
         await process(to_pydantic_ai([Message.user("hi")]))
+
+
+# ------------------------------------------------------- window and overhead from the runtime
+
+
+def search_code(pattern: str, path: str, language: str, max_results: int) -> str:
+    """Search the code base for a regular expression and return every matching line.
+
+    Args:
+        pattern: The regular expression, in Python syntax, matched line by line against
+            every file under the path; groups are ignored.
+        path: Where to search, relative to the repository root; globs are not expanded.
+        language: Only files of this language: python, rust, go or typescript.
+        max_results: Stop after this many matches; the rest are counted, not listed.
+    """
+    return f"{pattern} in {path}:\n" + "\n".join(f"{path}/m{n}.py:{n}: match" for n in range(60))
+
+
+SEARCH = {"path": "src", "language": "python", "max_results": 60}
+INSTRUCTIONS = "You search code bases and answer with file and line. " * 12
+
+
+class RequestBiller(ScriptedModel):
+    """A ScriptedModel whose request size includes the tools and instructions it is sent.
+
+    It reports its usage as unmeasured (pydantic-ai would otherwise fill in a word-count
+    estimate), so the engine cannot learn their size from a provider anchor.
+    """
+
+    def __init__(self, counter: FixedTokenCounter) -> None:
+        super().__init__(
+            counter,
+            plan=lambda n: None if n >= 45 else ("search_code", SEARCH | {"pattern": f"f{n}"}),
+        )
+        self.requests: list[int] = []
+        self.beside: list[int] = []
+
+    def __call__(self, messages: list[pm.ModelMessage], info: AgentInfo) -> pm.ModelResponse:
+        response = super().__call__(messages, info)
+        tools = [*info.function_tools, *info.output_tools]
+        schemas = schema_text(
+            {"name": t.name, "description": t.description, "parameters": t.parameters_json_schema}
+            for t in tools
+        )
+        beside = self.counter.count_text(schemas) + self.counter.count_text(info.instructions or "")
+        self.beside.append(beside)
+        self.requests.append(self.tokens[-1] + beside)
+        return dataclasses.replace(response, usage=RequestUsage(unmeasured_requests=1))
+
+
+async def sized_run(
+    counter: FixedTokenCounter, *, count_request: bool
+) -> tuple[RequestBiller, ContextEngine, Any]:
+    engine = ContextEngine.default(
+        100_000, summarizer=ExtractiveSummarizer(), token_counter=counter
+    )
+    model = RequestBiller(counter)
+    served = FallbackModel(
+        FunctionModel(model, profile={"context_window": 8_000}),
+        FunctionModel(model, profile={"context_window": 32_000}),
+    )
+    capability = ContextEngineCapability(
+        engine, trigger=("fraction", 0.8), count_request=count_request
+    )
+    agent = Agent(served, instructions=INSTRUCTIONS, tools=[search_code], capabilities=[capability])
+    result = await agent.run("Find every definition.")
+    return model, engine, result
+
+
+async def test_the_window_comes_from_the_model_profile_and_tools_and_instructions_count(
+    counter: FixedTokenCounter, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model, engine, result = await sized_run(counter, count_request=True)
+    uncounted, _, _ = await sized_run(counter, count_request=False)
+
+    assert result.output == "All modules read; done."
+    # The FallbackModel's window is the smallest of its models': any of them may answer.
+    assert (engine.context_window, engine.threshold) == (8_000, 6_400)
+    assert model.beside[0] > 300  # sizeable tools and instructions
+    assert engine.overhead_tokens == model.beside[-1]
+    assert len(model.requests) == 46
+    assert max(model.requests) <= 6_400
+    assert max(uncounted.requests) > 6_400
+    with capsys.disabled():
+        print(
+            f"\npydantic-ai 8k/0.8: request max {max(model.requests)} with tools and "
+            f"instructions counted, {max(uncounted.requests)} without "
+            f"(tools + instructions {model.beside[0]} tokens)"
+        )
+
+
+async def test_an_explicit_window_wins_over_the_model_profile(counter: FixedTokenCounter) -> None:
+    engine = ContextEngine.default(100_000, token_counter=counter, overhead_tokens=40)
+    model = ScriptedModel(counter, steps=1)
+    capability = ContextEngineCapability(engine, context_window=20_000, trigger=("tokens", 15_000))
+    agent = Agent(
+        FunctionModel(model, profile={"context_window": 8_000}),
+        tools=[read_file],
+        capabilities=[capability],
+    )
+
+    await agent.run("Read one module.")
+    await agent.run("And again.")  # a second run does not add the schemas twice
+
+    assert (engine.context_window, engine.threshold) == (20_000, 15_000)
+    schemas = engine.overhead_tokens - 40
+    assert 0 < schemas < 200  # the one small tool's schema on top of the engine's own 40
+
+
+# ------------------------------------------------------------ engines per conversation
+
+
+class ConversationModel:
+    """A FunctionModel body answering each conversation by its own script, per turn.
+
+    The conversation is the tag its user prompts start with (``"a: ..."``);
+    each turn reads seven files, then answers ``done``. It records the views
+    each conversation's requests were sent, and reports usage like a provider.
+    """
+
+    def __init__(self, counter: FixedTokenCounter) -> None:
+        self.counter = counter
+        self.counts: dict[str, int] = {}
+        self.views: dict[str, list[list[tuple[Any, ...]]]] = {}
+
+    def __call__(self, messages: list[pm.ModelMessage], info: AgentInfo) -> pm.ModelResponse:
+        prompts = [
+            part.content
+            for message in messages
+            for part in message.parts
+            if isinstance(part, pm.UserPromptPart) and isinstance(part.content, str)
+        ]
+        tag = prompts[-1].split(":")[0]
+        view = from_pydantic_ai(messages)
+        self.views.setdefault(tag, []).append(
+            [(m.role, m.text, m.tool_calls, m.tool_call_id) for m in view]  # no timestamps
+        )
+        step = self.counts.get(tag, 0)
+        self.counts[tag] = step + 1
+        if step % 8 == 7:
+            parts: list[Any] = [pm.TextPart(f"{tag}: done")]
+        else:
+            parts = [
+                pm.TextPart(f"{tag}: reading file {step}. " + "Reasoning. " * 40),
+                pm.ToolCallPart("read_file", {"path": f"{tag}/{step}.py"}, tool_call_id=f"c{step}"),
+            ]
+        tokens = sum(self.counter.count_message(m) for m in view)
+        return pm.ModelResponse(parts=parts, usage=RequestUsage(input_tokens=tokens))
+
+
+class DownForConversationA:
+    """Summarizes conversation ``b``; fails on conversation ``a``'s history."""
+
+    def __init__(self) -> None:
+        self.inner = ExtractiveSummarizer()
+
+    def __call__(self, request: SummaryRequest) -> str:
+        if any("a: reading file" in m.text for m in request.messages):
+            raise RuntimeError("the summarizer is down for conversation a")
+        return self.inner(request)
+
+
+def conversation_engine(counter: FixedTokenCounter) -> Callable[[str], ContextEngine]:
+    def build(conversation: str) -> ContextEngine:
+        return ContextEngine.default(
+            6_000,
+            reserve_tokens=1_500,
+            tool_result_cap=None,
+            summarizer=DownForConversationA(),
+            token_counter=counter,
+            max_consecutive_failures=1,
+            breaker_cooldown_calls=100,
+        )
+
+    return build
+
+
+async def run_conversations(
+    counter: FixedTokenCounter, tags: Sequence[str], engine: ContextEngine | EnginePool
+) -> dict[str, list[list[tuple[Any, ...]]]]:
+    """Three turns per conversation, taking turns, through one agent."""
+    model = ConversationModel(counter)
+    agent = Agent(
+        FunctionModel(model),
+        system_prompt="You read files.",
+        tools=[read_file],
+        capabilities=[ContextEngineCapability(engine)],
+    )
+    histories: dict[str, list[pm.ModelMessage]] = {tag: [] for tag in tags}
+    for turn in range(3):
+        for tag in tags:
+            result = await agent.run(
+                f"{tag}: turn {turn}, read the files.",
+                message_history=histories[tag],
+                conversation_id=tag,
+            )
+            histories[tag] = result.all_messages()
+    return model.views
+
+
+async def test_interleaved_conversations_get_the_views_each_gets_alone(
+    counter: FixedTokenCounter,
+) -> None:
+    build = conversation_engine(counter)
+    together = await run_conversations(counter, ["a", "b"], EnginePool(build))
+    alone = {tag: (await run_conversations(counter, [tag], EnginePool(build)))[tag] for tag in "ab"}
+    shared = await run_conversations(counter, ["a", "b"], build("shared"))
+
+    assert len(together["a"]) == len(together["b"]) == 24
+    assert together == alone
+    # One engine for both: conversation a's failing summaries open the breaker b then meets.
+    assert shared["a"] == alone["a"]
+    assert shared["b"] != alone["b"]

@@ -31,6 +31,8 @@ from strands.types.exceptions import ContextWindowOverflowException
 from context_engine import ContextEngine, ExtractiveSummarizer, Message, RewriteEvent, ToolCall
 from context_engine.errors import ConfigurationError
 from context_engine.formats.strands import from_strands, to_strands
+from context_engine.integrations._sizing import schema_text
+from context_engine.integrations.conversations import EnginePool
 from context_engine.integrations.strands import ContextEngineConversationManager
 from context_engine.invariants import check_view
 from context_engine.strategies import FullSummary, HardTruncate
@@ -569,3 +571,225 @@ def test_an_overflow_on_the_call_that_wrote_a_checkpoint_keeps_the_checkpoint(
     assert summaries[0] >= 1
     assert summarizer.calls == summaries[0]  # the recovery wrote no second summary
     assert from_strands(run.agent.messages)[0].text == retry[1].text  # the history keeps it
+
+
+# ------------------------------------------------------- window and overhead from the runtime
+
+
+@tool
+def search_code(pattern: str, path: str, language: str, max_results: int) -> str:
+    """Search the code base for a regular expression and return every matching line.
+
+    Args:
+        pattern: The regular expression, in Python syntax, matched line by line against
+            every file under the path; groups are ignored.
+        path: Where to search, relative to the repository root; globs are not expanded.
+        language: Only files of this language: python, rust, go or typescript.
+        max_results: Stop after this many matches; the rest are counted, not listed.
+    """
+    return f"{pattern} in {path}:\n" + "\n".join(f"{path}/m{n}.py:{n}: match" for n in range(60))
+
+
+class SizedModel(ScriptedModel):
+    """A ScriptedModel with a configured ``context_window_limit`` that is billed its tool specs.
+
+    It reports no usage (zero counts), so the engine cannot learn the specs'
+    size from a provider anchor.
+    """
+
+    def __init__(self, counter: FixedTokenCounter, window: int) -> None:
+        args = {"path": "src", "language": "python", "max_results": 60}
+        super().__init__(
+            46, counter, plan=lambda n: None if n >= 45 else ("search_code", args | {"pattern": n})
+        )
+        self.window = window
+        self.requests: list[int] = []
+        self.specs = 0
+
+    def get_config(self) -> dict[str, Any]:
+        return {"context_window_limit": self.window}
+
+    async def stream(
+        self, messages: Any, tool_specs: Any = None, system_prompt: Any = None, **kwargs: Any
+    ) -> AsyncIterator[dict[str, Any]]:
+        self.specs = self.counter.count_text(schema_text(tool_specs or ()))
+        async for event in super().stream(messages, tool_specs, system_prompt, **kwargs):
+            if "metadata" in event:
+                self.requests.append(self.billed[-1] + self.specs)
+                usage = {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0}
+                event = {"metadata": {"usage": usage, "metrics": {"latencyMs": 1}}}
+            yield event
+
+
+def sized_run(counter: FixedTokenCounter, *, count_request: bool) -> tuple[SizedModel, Run]:
+    engine = ContextEngine.default(
+        100_000, summarizer=ExtractiveSummarizer(), token_counter=counter
+    )
+    model = SizedModel(counter, 8_000)
+    manager = ContextEngineConversationManager(
+        engine, trigger=("fraction", 0.8), count_request=count_request
+    )
+    agent = Agent(
+        model=model,
+        tools=[search_code, read_file],
+        system_prompt=SYSTEM,
+        callback_handler=None,
+        conversation_manager=manager,
+    )
+    agent("Find every handler.")
+    return model, Run(agent, manager, model, engine, [], [])
+
+
+def test_the_window_comes_from_the_models_limit_and_tool_specs_count_on_every_call(
+    counter: FixedTokenCounter, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model, run = sized_run(counter, count_request=True)
+    uncounted, _ = sized_run(counter, count_request=False)
+
+    assert run.agent.messages[-1]["content"][0]["text"] == "All modules reviewed."
+    assert (run.engine.context_window, run.engine.threshold) == (8_000, 6_400)
+    assert model.specs > 200  # sizeable tool specs
+    assert run.engine.overhead_tokens == model.specs
+    assert len(model.requests) == 46
+    assert max(model.requests) <= 6_400
+    assert max(uncounted.requests) > 6_400
+    with capsys.disabled():
+        print(
+            f"\nstrands 8k/0.8: request max {max(model.requests)} with tool specs counted, "
+            f"{max(uncounted.requests)} without (specs {model.specs} tokens)"
+        )
+
+
+def test_an_explicit_window_wins_over_the_models_limit(counter: FixedTokenCounter) -> None:
+    engine = ContextEngine.default(100_000, token_counter=counter, overhead_tokens=40)
+    model = SizedModel(counter, 8_000)
+    model.plan = lambda n: None
+    manager = ContextEngineConversationManager(
+        engine, context_window=20_000, trigger=("tokens", 15_000)
+    )
+    agent = Agent(
+        model=model, tools=[read_file], callback_handler=None, conversation_manager=manager
+    )
+
+    agent("Report.")
+    agent("Report again.")  # the specs are counted once on top of the engine's own 40
+
+    assert (engine.context_window, engine.threshold) == (20_000, 15_000)
+    assert engine.overhead_tokens == 40 + model.specs
+
+
+# ------------------------------------------------------------- engines per session
+
+
+class SessionModel(ScriptedModel):
+    """Answers each session by its own script, per turn: seven reads, then a report.
+
+    The session is the tag its user prompts start with (``"a: ..."``). It
+    records what each session's calls were sent, and reports usage.
+    """
+
+    def __init__(self, counter: FixedTokenCounter) -> None:
+        super().__init__(0, counter)
+        self.counts: dict[str, int] = {}
+        self.views: dict[str, list[list[tuple[Any, ...]]]] = {}
+        self.tag = ""
+
+    def tool_call(self, step: int) -> tuple[str, dict[str, Any]] | None:
+        return None if step % 8 == 7 else ("read_file", {"path": f"{self.tag}/{step}.py"})
+
+    async def stream(
+        self, messages: Any, tool_specs: Any = None, system_prompt: Any = None, **kwargs: Any
+    ) -> AsyncIterator[dict[str, Any]]:
+        prompts = [
+            block["text"]
+            for message in messages
+            if message["role"] == "user"
+            for block in message["content"]
+            if "text" in block and ": turn " in block["text"]
+        ]
+        self.tag = prompts[-1].split(":")[0]
+        view = from_strands(messages, system_prompt=system_prompt)
+        self.views.setdefault(self.tag, []).append(
+            [(m.role, m.text, m.tool_calls, m.tool_call_id) for m in view]
+        )
+        self.answered = self.counts.get(self.tag, 0)  # the session's own step (and call ids)
+        async for event in super().stream(messages, tool_specs, system_prompt, **kwargs):
+            yield event
+        self.counts[self.tag] = self.answered
+
+
+class DownForSessionA:
+    """Summarizes session ``b``; fails on session ``a``'s history."""
+
+    def __init__(self) -> None:
+        self.inner = ExtractiveSummarizer()
+
+    def __call__(self, request: Any) -> str:
+        if any("a/" in m.text for m in request.messages):
+            raise RuntimeError("the summarizer is down for session a")
+        return self.inner(request)
+
+
+def session_engine(counter: FixedTokenCounter) -> Callable[[str], ContextEngine]:
+    def build(session: str) -> ContextEngine:
+        return ContextEngine.default(
+            6_000,
+            reserve_tokens=1_500,
+            tool_result_cap=None,
+            summarizer=DownForSessionA(),
+            token_counter=counter,
+            max_consecutive_failures=1,
+            breaker_cooldown_calls=100,
+        )
+
+    return build
+
+
+def run_sessions(
+    counter: FixedTokenCounter,
+    tags: Sequence[str],
+    engine: ContextEngine | EnginePool,
+    storage: Path,
+) -> dict[str, list[list[tuple[Any, ...]]]]:
+    """Three requests per session, taking turns; each request builds its agent, as an app does."""
+    model = SessionModel(counter)
+    for turn in range(3):
+        for tag in tags:
+            agent = Agent(
+                model=model,
+                tools=[read_file],
+                system_prompt=SYSTEM,
+                callback_handler=None,
+                conversation_manager=ContextEngineConversationManager(engine),
+                session_manager=FileSessionManager(session_id=tag, storage_dir=str(storage)),
+            )
+            agent(f"{tag}: turn {turn}, read the modules.")
+    return model.views
+
+
+def test_interleaved_sessions_get_the_views_each_gets_alone(
+    counter: FixedTokenCounter, tmp_path: Path
+) -> None:
+    build = session_engine(counter)
+    pool = EnginePool(build)
+    together = run_sessions(counter, ["a", "b"], pool, tmp_path / "together")
+    alone = {
+        tag: run_sessions(counter, [tag], EnginePool(build), tmp_path / f"alone-{tag}")[tag]
+        for tag in "ab"
+    }
+    shared = run_sessions(counter, ["a", "b"], build("shared"), tmp_path / "shared")
+
+    assert len(together["a"]) == len(together["b"]) == 24
+    assert list(pool) == ["a/default", "b/default"]  # session id and agent id
+    assert together == alone
+    # One engine for both: session a's failing summaries open the breaker b then meets.
+    assert shared["b"] != alone["b"]
+
+
+def test_a_pool_manager_has_its_engine_once_its_agent_is_built(counter: FixedTokenCounter) -> None:
+    manager = ContextEngineConversationManager(EnginePool(session_engine(counter)))
+    with pytest.raises(ConfigurationError, match="when its agent is built"):
+        _ = manager.engine
+    Agent(model=ScriptedModel(1, counter), callback_handler=None, conversation_manager=manager)
+    assert manager.pool is not None
+    assert manager.engine is manager.pool.engine("default")

@@ -657,3 +657,25 @@ async def test_the_newest_tool_results_are_capped_when_nothing_else_is_left() ->
         assert capped.tool_call_id == original.tool_call_id
         assert counter.count_message(capped) >= MIN_CAP_TOKENS // 2
         assert "tokens" in capped.text  # the preview names the original's size
+
+
+async def test_the_checkpoint_trim_keeps_the_user_instructions_section_longest() -> None:
+    section = "<user-instructions>\nTask statement (the first request):\nFix the parser.\n"
+    section += "Constraints the user stated (verbatim):\n- Never change the public API.\n"
+    section += "</user-instructions>\n\n"
+    checkpoint = ContextSummary(
+        summary=section + " ".join(["ran the tests, all green"] * 80),
+        tokens_before=5000,
+        read_files=tuple(f"src/module_{n}.py" for n in range(20)),
+    )
+    transcript = [checkpoint, Message.user("go on"), Message.assistant("on it")]
+    counter = FixedTokenCounter()
+    after_section = counter.count_message(
+        ContextSummary(summary=section + "[9999 characters trimmed]")
+    )
+    result = await run(HardTruncate(), transcript, counter, after_section + 40)
+    assert result.applied
+    trimmed = result.messages[0]
+    assert isinstance(trimmed, ContextSummary)
+    assert trimmed.summary.startswith(section)
+    assert trimmed.read_files == ()  # the file lists went before the instructions
