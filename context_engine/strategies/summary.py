@@ -35,6 +35,7 @@ from context_engine.summarize.prompts import DEFAULT_PROMPTS, SummaryPrompts
 from context_engine.summarize.reattach import reattach
 from context_engine.summarize.rehydrate import Rehydration
 from context_engine.summarize.request import Summarizer
+from context_engine.summarize.reuse import collect_cache_usage
 from context_engine.summarize.run import Deadline, SummaryCall, strip_images
 from context_engine.summarize.sections import join_prefix, split_prefix
 from context_engine.tokens import TokenCounter
@@ -188,7 +189,8 @@ class FullSummary:
         )
         extractive = isinstance(self.summarizer, ExtractiveSummarizer)
         fallback = None if extractive else partial(write, ExtractiveSummarizer())
-        checkpoint, rejected = await gated(partial(write, self.summarizer), fallback, review)
+        with collect_cache_usage() as cache:
+            checkpoint, rejected = await gated(partial(write, self.summarizer), fallback, review)
         compacted = rebuild_view(view, cut, checkpoint)
         compacted, checkpoint = await reattach(
             compacted,
@@ -206,7 +208,12 @@ class FullSummary:
                 view, error=f"checkpoint would not shrink the view ({budget.tokens} -> {after})"
             )
         info = self._info(view, compacted, cut, budget.tokens, after, checkpoint, started)
-        info = attrs.evolve(info, rejected=rejected)
+        info = attrs.evolve(
+            info,
+            rejected=rejected,
+            cache_read_tokens=cache.cache_read_tokens,
+            cache_write_tokens=cache.cache_write_tokens,
+        )
         return StrategyResult(
             messages=compacted,
             applied=True,
