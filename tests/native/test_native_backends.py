@@ -33,7 +33,8 @@ from context_engine.native import (
     RequestOptions,
     apply_request_options,
 )
-from context_engine.strategies import HardTruncate, ToolResultMicrocompact
+from context_engine.strategies import FullSummary, HardTruncate, LightTrim, ToolResultMicrocompact
+from context_engine.summarize.extractive import ExtractiveSummarizer
 from tests.summarize.provider_server import ProviderServer, Reply
 
 pytestmark = pytest.mark.extra("openai", "anthropic")
@@ -407,3 +408,39 @@ async def test_openai_compaction_directive_and_item_through_the_responses_client
     }
     assert second_sent.body["input"] == [*output, {"role": "user", "content": "next"}]
     assert second_sent.body["context_management"] == first_sent.body["context_management"]
+
+
+async def test_client_side_strategies_after_the_cut_never_rewrite_the_compaction_checkpoint() -> (
+    None
+):
+    """Trimming and summarizing work around the provider's checkpoint, never on it."""
+    block = {"type": "compaction", "content": "## Goal\nShip.", "encrypted_content": "opaque"}
+    words = " ".join(f"word{j}" for j in range(600))
+    (checkpoint,) = message_from_anthropic(
+        {"role": "assistant", "content": [block, {"type": "text", "text": words}]}
+    )
+    transcript = chat(10, size=300)
+    transcript += [Message.user("continue"), checkpoint]
+    for i in range(10):
+        transcript += [Message.user(f"r{i} " + words), Message.assistant(f"b{i} " + words)]
+    transcript.append(Message.user("go"))
+    engine = ContextEngine(
+        16_000,
+        reserve_tokens=4096,
+        strategies=[
+            AnthropicCompaction(),
+            LightTrim(),
+            FullSummary(summarizer=ExtractiveSummarizer()),
+            HardTruncate(),
+        ],
+    )
+    projection = await engine.project(transcript)
+
+    assert projection.fits
+    assert projection.event is not None
+    applied = [step.name for step in projection.event.steps if step.applied]
+    assert applied[0] == "anthropic_compaction"
+    assert {"light_trim", "full_summary"} & set(applied[1:])
+    assert projection.messages[1] is checkpoint
+    sent = to_anthropic(projection.messages, request=True)["messages"]
+    assert sent[0]["content"][0] == block
