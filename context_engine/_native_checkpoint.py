@@ -1,4 +1,4 @@
-"""Recognise a provider's compaction checkpoint on a message (no package imports: `structure` uses it).
+"""Recognise a provider's compaction checkpoint on a message (`structure` uses it).
 
 Anthropic's server-side compaction returns a ``compaction`` content block,
 which `formats.anthropic` keeps whole under ``anthropic.blocks``; OpenAI's
