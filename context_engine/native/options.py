@@ -15,7 +15,8 @@ Shapes, as the installed SDKs type them (anthropic 2.14.0, openai 3.57.0):
   ``clear_thinking_20251015`` and ``compact_20260112``
   (``BetaContextManagementConfigParam``).
 * OpenAI: ``client.responses.create(context_management=[{"type": "compaction",
-  "compact_threshold": ...}])`` (``response_create_params.ContextManagement``).
+  "compact_threshold": ...}])`` (``response_create_params.ContextManagement``);
+  the Responses API only: Chat Completions has no such field.
 """
 
 from __future__ import annotations

@@ -89,21 +89,31 @@ def lead_messages(prefix: AgentPrefix, request: SummaryRequest) -> tuple[Message
     """The agent's messages to send before the summary instruction.
 
     The last view the agent sent, up to the end of the history being
-    summarized, when it holds that history unchanged; else the request's
-    messages, after the configured system prompt when they start without one.
+    summarized, when it holds that history unchanged right after its system
+    messages and checkpoints; else the request's messages, after the
+    configured system prompt when they start without one.
     """
     history = request.messages
     view = tuple(prefix.view() or ()) if prefix.view is not None else ()
     size = len(history)
     if history and len(view) >= size:
-        # The whole history as one run of the view, latest match first.
+        # The whole history as one run of the view, latest match first; what comes
+        # before it must be only the lead (a retry with the oldest turns dropped
+        # must not send them again).
         for end in range(len(view), size - 1, -1):
-            if view[end - 1] == history[-1] and view[end - size : end] == history:
-                return view[:end]
+            start = end - size
+            if view[end - 1] == history[-1] and view[start:end] == history:
+                if all(_lead(message) for message in view[:start]):
+                    return view[:end]
+                break
     lead = tuple(history)
     if prefix.system and not (lead and lead[0].role in ("system", "developer")):
         lead = (Message.system(prefix.system), *lead)
     return lead
+
+
+def _lead(message: Message) -> bool:
+    return message.role in ("system", "developer") or message.is_summary
 
 
 def instruction_text(request: SummaryRequest) -> str:

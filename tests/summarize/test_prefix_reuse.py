@@ -26,7 +26,7 @@ from context_engine.summarize.anthropic import AnthropicSummarizer
 from context_engine.summarize.openai import OpenAISummarizer
 from context_engine.summarize.prompts import build_request
 from context_engine.summarize.retry import RetryPolicy
-from context_engine.summarize.reuse import AgentPrefix
+from context_engine.summarize.reuse import AgentPrefix, collect_cache_usage
 from tests.summarize.provider_server import ProviderServer, Reply, anthropic_ok, openai_ok
 
 pytestmark = pytest.mark.extra("openai", "anthropic")
@@ -238,3 +238,37 @@ def test_a_prefix_of_the_wrong_type_is_refused() -> None:
         OpenAISummarizer(client, "m", prefix={"tools": []})  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="tool definition"):
         AgentPrefix(tools=["read_file"])  # type: ignore[list-item]
+
+
+async def test_a_retry_with_the_oldest_turns_dropped_does_not_send_them_again(
+    server: ProviderServer,
+) -> None:
+    """The view holds the shorter history after turns it no longer asks for: its own messages go."""
+    older = history(4)
+    agent_view = [Message.system(SYSTEM), *older]
+    fewer = older[2:]
+
+    body = await send_openai(server, AgentPrefix(system=SYSTEM, view=lambda: agent_view), fewer)
+
+    expected = to_openai([Message.system(SYSTEM), *fewer], include_usage=False)
+    assert body["messages"][:-1] == expected
+
+
+async def test_openai_cache_usage_of_the_summary_request_is_collected(
+    server: ProviderServer,
+) -> None:
+    reply = openai_ok(SUMMARY)
+    reply["usage"]["prompt_tokens_details"] = {"cached_tokens": 80, "cache_write_tokens": 12}
+    server.queue(Reply(body=reply))
+    client = openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="test", timeout=5.0)
+    summarizer = OpenAISummarizer(
+        client, "agent-model", prefix=AgentPrefix(), retry=no_sleep_policy()
+    )
+    try:
+        with collect_cache_usage() as usage:
+            await summarizer(build_request(history(2), max_tokens=256))
+    finally:
+        await client.close()
+
+    assert (usage.input_tokens, usage.cache_read_tokens, usage.cache_write_tokens) == (100, 80, 12)
+    assert usage.requests == 1
