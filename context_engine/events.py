@@ -44,6 +44,10 @@ class SummaryInfo:
             (empty without an archive).
         rejected: Why the quality gate rejected the summarizer's checkpoint
             (the extractive digest was used instead), or None.
+        cache_read_tokens: Input tokens the summary requests read from the
+            provider's prompt cache, as their usage reported (0 when the
+            summarizer reports no usage).
+        cache_write_tokens: Input tokens the summary requests wrote to the cache.
     """
 
     tokens_before: int
@@ -60,6 +64,8 @@ class SummaryInfo:
     modified_files: tuple[str, ...] = ()
     references: tuple[str, ...] = ()
     rejected: str | None = None
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 @attrs.frozen(kw_only=True)

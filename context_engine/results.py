@@ -7,6 +7,7 @@ import attrs
 from context_engine.assembly.trace import EMPTY_TRACE, AssemblyTrace
 from context_engine.events import ContextUsage, RewriteEvent, SummaryInfo
 from context_engine.messages import Message
+from context_engine.native.options import RequestOptions
 
 __all__ = ["CompactResult", "Projection", "RecoveryResult"]
 
@@ -27,6 +28,11 @@ class _Result:
         trace: Every decision of the call's assembly: provider items included,
             dropped, capped or excluded, and the strategies' clears, trims and
             summaries (`AssemblyTrace`; empty when nothing was decided).
+        request_options: What the pipeline's native strategies ask the provider
+            to do on its server (context editing, compaction), one
+            `RequestOptions` per provider; merge them into the SDK call with
+            `context_engine.native.apply_request_options`. Empty without
+            native strategies.
     """
 
     messages: tuple[Message, ...] = attrs.field(repr=False)
@@ -36,6 +42,7 @@ class _Result:
     event: RewriteEvent | None = None
     commit: tuple[Message, ...] | None = attrs.field(default=None, repr=False)
     trace: AssemblyTrace = attrs.field(default=EMPTY_TRACE, repr=False)
+    request_options: tuple[RequestOptions, ...] = ()
 
 
 @attrs.frozen(kw_only=True)

@@ -13,6 +13,7 @@ from contextvars import ContextVar
 
 import attrs
 
+from context_engine._native_checkpoint import carries_native_checkpoint
 from context_engine.messages import Message
 
 __all__ = [
@@ -50,7 +51,8 @@ class Shape:
     """The structure of one view, computed once by `analyze`.
 
     Attributes:
-        lead_end: Number of leading system/developer messages.
+        lead_end: Number of leading system/developer messages, plus a provider's
+            compaction checkpoint right after them (and its tool results).
         last_user: Index of the newest user message, or -1.
         group_start: For each index, the first index of the tool group it
             belongs to (the index itself outside groups).
@@ -124,6 +126,12 @@ def _analyze(view: Sequence[Message]) -> Shape:
     lead_end = 0
     while lead_end < n and view[lead_end].role in ("system", "developer"):
         lead_end += 1
+    # Issue 19: a provider's compaction checkpoint right after them is never
+    # rewritten either; its tool results (if it called tools) stay with it.
+    if lead_end < n and carries_native_checkpoint(view[lead_end]):
+        lead_end += 1
+        while lead_end < n and view[lead_end].role == "tool":
+            lead_end += 1
     group_end = list(range(n))
     owners: list[int] = []
     last_user = -1

@@ -44,6 +44,7 @@ from context_engine.summarize.prompts import DEFAULT_PROMPTS, SummaryPrompts
 from context_engine.summarize.reattach import reattach
 from context_engine.summarize.rehydrate import Rehydration
 from context_engine.summarize.request import Summarizer
+from context_engine.summarize.reuse import collect_cache_usage
 from context_engine.summarize.run import Deadline, SummaryCall, strip_images
 from context_engine.summarize.sections import join_prefix, split_prefix
 from context_engine.summarize.shell import DEFAULT_SHELL_TOOLS
@@ -207,14 +208,15 @@ class FullSummary:
             self._write_at, view, previous=previous, budget=budget,
             instructions=instructions, transcript=transcript,
         )  # fmt: skip
-        removal, checkpoint, compacted, rejected = await write(cut)
-        if fits and budget.measure(compacted) > budget.threshold:
-            # Longer than expected: a later cut, so the last resort drops nothing unsummarized.
-            size = budget.counter.count_message(checkpoint)
-            later = _later_cut(view, shape, budget, keep, size)
-            if later is not None and later.index > cut.index:
-                cut = later
-                removal, checkpoint, compacted, rejected = await write(cut)
+        with collect_cache_usage() as cache:
+            removal, checkpoint, compacted, rejected = await write(cut)
+            if fits and budget.measure(compacted) > budget.threshold:
+                # Longer than expected: a later cut, so the last resort drops nothing unsummarized.
+                size = budget.counter.count_message(checkpoint)
+                later = _later_cut(view, shape, budget, keep, size)
+                if later is not None and later.index > cut.index:
+                    cut = later
+                    removal, checkpoint, compacted, rejected = await write(cut)
         replaced = restore_originals(
             tuple(view[i] for i in (*cut.history, *cut.turn_prefix)), transcript
         )
@@ -234,7 +236,12 @@ class FullSummary:
                 view, error=f"checkpoint would not shrink the view ({budget.tokens} -> {after})"
             )
         info = self._info(view, compacted, cut, budget.tokens, after, checkpoint, started)
-        info = attrs.evolve(info, rejected=rejected)
+        info = attrs.evolve(
+            info,
+            rejected=rejected,
+            cache_read_tokens=cache.cache_read_tokens,
+            cache_write_tokens=cache.cache_write_tokens,
+        )
         return StrategyResult(
             messages=compacted,
             applied=True,

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from context_engine.errors import ConfigurationError, SummarizerError
+from context_engine.formats.anthropic import to_anthropic
 from context_engine.messages import Message
 from context_engine.summarize.request import SummaryRequest
 from context_engine.summarize.retry import (
@@ -18,6 +19,12 @@ from context_engine.summarize.retry import (
     RetryPolicy,
     _check_options,
     summarize_with_retries,
+)
+from context_engine.summarize.reuse import (
+    AgentPrefix,
+    instruction_text,
+    lead_messages,
+    record_cache_usage,
 )
 from context_engine.telemetry import record_model_usage
 
@@ -53,6 +60,14 @@ class AnthropicSummarizer:
         retry: Retry policy.
         rebuild: Builds the request for fewer messages when the model says the
             prompt is too long; by default the request's own ``rebuild``.
+        prefix: Send the agent's own request (system prompt, ``tools`` and
+            history, its ``cache_control`` breakpoints kept) with the summary
+            instruction appended as a last user message, so the summary's input
+            is read from the agent's prompt cache; use the agent's model. The
+            instruction carries no breakpoint: nothing will reuse this request.
+            When the history carries no breakpoint, one is put on its last
+            block, since the API reads the cache only at breakpoints. None: a
+            separate request with the conversation serialized as data.
 
     Raises:
         ConfigurationError: an argument cannot work.
@@ -67,6 +82,7 @@ class AnthropicSummarizer:
         extra_body: Mapping[str, Any] | None = None,
         retry: RetryPolicy = DEFAULT_RETRY_POLICY,
         rebuild: RebuildHook | None = None,
+        prefix: AgentPrefix | None = None,
     ) -> None:
         if not isinstance(client, anthropic.AsyncAnthropic):
             raise ConfigurationError(
@@ -80,6 +96,9 @@ class AnthropicSummarizer:
         self.extra_body = dict(extra_body) if extra_body else None
         self.retry = retry
         self.rebuild = rebuild
+        if prefix is not None and not isinstance(prefix, AgentPrefix):
+            raise ConfigurationError(f"prefix must be an AgentPrefix, got {type(prefix).__name__}")
+        self.prefix = prefix
         self.provider = "Anthropic"
 
     def __repr__(self) -> str:
@@ -107,7 +126,10 @@ class AnthropicSummarizer:
         budget = request.max_tokens
         if self.max_output_tokens is not None:
             budget = min(budget, self.max_output_tokens)
-        system, messages = to_anthropic_prompt(request.prompt_messages)
+        if self.prefix is not None:
+            system, messages = _reusing_prompt(self.prefix, request)
+        else:
+            system, messages = to_anthropic_prompt(request.prompt_messages)
         arguments: dict[str, Any] = {
             "model": self.model,
             "max_tokens": budget,
@@ -115,6 +137,8 @@ class AnthropicSummarizer:
         }
         if system:
             arguments["system"] = system
+        if self.prefix is not None and self.prefix.tools:
+            arguments["tools"] = [dict(tool) for tool in self.prefix.tools]
         if self.extra_body:
             arguments["extra_body"] = self.extra_body
         return arguments
@@ -134,6 +158,12 @@ class AnthropicSummarizer:
             if isinstance(value, int)
         )
         prompt = getattr(usage, "input_tokens", None)
+        if isinstance(prompt, int):
+            record_cache_usage(
+                prompt + cached,
+                _count(getattr(usage, "cache_read_input_tokens", None)),
+                _count(getattr(usage, "cache_creation_input_tokens", None)),
+            )
         record_model_usage(
             prompt + cached if isinstance(prompt, int) else None,
             getattr(usage, "output_tokens", None),
@@ -175,3 +205,42 @@ def to_anthropic_prompt(messages: Sequence[Message]) -> tuple[str, list[dict[str
         else:
             turns.append({"role": role, "content": message.text})
     return system, turns
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) else 0
+
+
+def _reusing_prompt(
+    prefix: AgentPrefix, request: SummaryRequest
+) -> tuple[Any, list[dict[str, Any]]]:
+    """The agent's system and messages, then the instruction as a last user message."""
+    body = to_anthropic(lead_messages(prefix, request), request=True)
+    system = body.get("system")
+    messages: list[dict[str, Any]] = body["messages"]
+    if messages and _breakpoints(body) == 0:
+        _mark_last_block(messages[-1])
+    messages.append({"role": "user", "content": instruction_text(request)})
+    return system, messages
+
+
+def _breakpoints(value: object) -> int:
+    if isinstance(value, dict):
+        own = 1 if "cache_control" in value else 0
+        return own + sum(_breakpoints(item) for item in value.values())
+    if isinstance(value, list):
+        return sum(_breakpoints(item) for item in value)
+    return 0
+
+
+def _mark_last_block(message: dict[str, Any]) -> None:
+    """A read breakpoint on the last block of ``message`` (a fresh dict: the body is ours)."""
+    content = message["content"]
+    if isinstance(content, str):
+        message["content"] = [{"type": "text", "text": content, "cache_control": dict(_EPHEMERAL)}]
+    elif content and content[-1].get("type") not in ("thinking", "redacted_thinking"):
+        # Thinking blocks cannot carry a breakpoint; then the API reads none.
+        content[-1] = {**content[-1], "cache_control": dict(_EPHEMERAL)}
+
+
+_EPHEMERAL: dict[str, str] = {"type": "ephemeral"}

@@ -23,6 +23,12 @@ from context_engine.summarize.retry import (
     _check_options,
     summarize_with_retries,
 )
+from context_engine.summarize.reuse import (
+    AgentPrefix,
+    instruction_text,
+    lead_messages,
+    record_cache_usage,
+)
 from context_engine.telemetry import record_model_usage
 
 try:
@@ -62,6 +68,11 @@ class OpenAISummarizer:
         retry: Retry policy.
         rebuild: Builds the request for fewer messages when the model says the
             prompt is too long; by default the request's own ``rebuild``.
+        prefix: Send the agent's own request (its system prompt, ``tools``,
+            history and ``prompt_cache_key``) with the summary instruction
+            appended, so the summary's input is read from the agent's prompt
+            cache; use the agent's model. None: a separate request with the
+            conversation serialized as data.
 
     Raises:
         ConfigurationError: an argument cannot work.
@@ -78,6 +89,7 @@ class OpenAISummarizer:
         extra_body: Mapping[str, Any] | None = None,
         retry: RetryPolicy = DEFAULT_RETRY_POLICY,
         rebuild: RebuildHook | None = None,
+        prefix: AgentPrefix | None = None,
     ) -> None:
         if not isinstance(client, (openai.AsyncOpenAI, openai.OpenAI)):
             raise ConfigurationError(
@@ -99,6 +111,9 @@ class OpenAISummarizer:
         self.extra_body = dict(extra_body) if extra_body else None
         self.retry = retry
         self.rebuild = rebuild
+        if prefix is not None and not isinstance(prefix, AgentPrefix):
+            raise ConfigurationError(f"prefix must be an AgentPrefix, got {type(prefix).__name__}")
+        self.prefix = prefix
         self.provider = _provider_name(str(client.base_url))
 
     def __repr__(self) -> str:
@@ -128,16 +143,28 @@ class OpenAISummarizer:
             budget = min(budget, self.max_output_tokens)
         arguments: dict[str, Any] = {
             "model": self.model,
-            "messages": to_openai(
-                request.prompt_messages, include_reasoning=False, include_usage=False
-            ),
+            "messages": self._messages(request),
             self.token_parameter: budget,
         }
+        if self.prefix is not None:
+            if self.prefix.tools:
+                # Sent for the cache only; no tool_choice, which could change the prefix.
+                arguments["tools"] = [dict(tool) for tool in self.prefix.tools]
+            if self.prefix.cache_key is not None:
+                arguments["prompt_cache_key"] = self.prefix.cache_key
         if self.temperature is not None:
             arguments["temperature"] = self.temperature
         if self.extra_body:
             arguments["extra_body"] = self.extra_body
         return arguments
+
+    def _messages(self, request: SummaryRequest) -> list[dict[str, Any]]:
+        if self.prefix is None:
+            return to_openai(request.prompt_messages, include_reasoning=False, include_usage=False)
+        lead = to_openai(
+            lead_messages(self.prefix, request), include_reasoning=False, include_usage=False
+        )
+        return [*lead, {"role": "user", "content": instruction_text(request)}]
 
     async def _send(self, request: SummaryRequest) -> str:
         arguments = self.arguments(request)
@@ -153,6 +180,13 @@ class OpenAISummarizer:
 
     def _answer_text(self, completion: Any) -> str:
         usage = getattr(completion, "usage", None)
+        details = getattr(usage, "prompt_tokens_details", None)
+        prompt = getattr(usage, "prompt_tokens", None)
+        record_cache_usage(
+            prompt if isinstance(prompt, int) else 0,
+            _count(getattr(details, "cached_tokens", None)),
+            _count(getattr(details, "cache_write_tokens", None)),
+        )
         record_model_usage(
             getattr(usage, "prompt_tokens", None),
             getattr(usage, "completion_tokens", None),
@@ -181,6 +215,10 @@ class OpenAISummarizer:
         raise SummarizerError(
             f"{where} returned an empty answer (finish_reason={reason!r}); {hint}"
         )
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) else 0
 
 
 def _provider_name(base_url: str) -> str:
