@@ -11,6 +11,7 @@ from context_engine._validate import check_int, check_number, is_int
 from context_engine.archive.base import Archive, check_session_id
 from context_engine.breaker import CircuitBreaker
 from context_engine.errors import ConfigurationError
+from context_engine.native.hook import is_native
 from context_engine.strategies.base import Strategy
 from context_engine.summarize.pinned import Pinned, pinned_setting
 from context_engine.tokens import TokenCounter
@@ -147,6 +148,8 @@ class Settings:
     pinned: Pinned | None = None
     reserve_tokens: int = attrs.field(init=False)
     threshold: int = attrs.field(init=False)
+    native: tuple[Strategy, ...] = attrs.field(init=False)
+    """The strategies that ask the provider to edit or compact (`context_engine.native`)."""
 
     @reserve_tokens.default
     def _reserve_tokens(self) -> int:
@@ -155,6 +158,10 @@ class Settings:
     @threshold.default
     def _threshold(self) -> int:
         return max(0, self.window - self.reserve_tokens)
+
+    @native.default
+    def _native(self) -> tuple[Strategy, ...]:
+        return tuple(s for s in self.strategies if is_native(s))
 
     @property
     def archiving(self) -> bool:

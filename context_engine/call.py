@@ -25,6 +25,7 @@ from context_engine.errors import CompactionError
 from context_engine.events import ContextUsage, RewriteEvent, RewriteReason, Scope
 from context_engine.messages import Message
 from context_engine.meter import Meter
+from context_engine.native.hook import request_options_for
 from context_engine.pipeline import BREAKER_OPEN, Outcome
 from context_engine.results import CompactResult, Projection, RecoveryResult
 from context_engine.session import Remembered, Session
@@ -228,6 +229,7 @@ async def finish(
         call.reason == "threshold"
         and call.fits
         and call.assembly is None
+        and not call.settings.native
         and not outcome.steps
         and not outcome.reused
     ):
@@ -265,6 +267,7 @@ async def finish(
         or ("circuit_breaker" if call.reason == "circuit_breaker" else None),
         "event": event,
         "commit": commit,
+        "request_options": request_options_for(call.settings.native, view),
     }
     if call.operation == "project":
         return Projection(**fields)

@@ -38,7 +38,6 @@ from context_engine.call import Desk, Hooks, Operation, finish, mark_span, open_
 from context_engine.events import ContextUsage, Snapshot
 from context_engine.messages import Message
 from context_engine.meter import Meter
-from context_engine.native.hook import with_request_options
 from context_engine.overflow import warn_unless_overflow
 from context_engine.redact import Redactor
 from context_engine.results import CompactResult, Projection, RecoveryResult
@@ -362,7 +361,6 @@ class ContextEngine:
                 changed = await rewrite(call, session, self.on_strategy, extra.get("instructions"))
                 outcome = await keep(call, changed)
             result = await finish(call, outcome, self._desk())
-            result = with_request_options(result, settings.strategies)  # native backends
             mark_span(span, result, session.breaker)
             return result
 

@@ -1,19 +1,20 @@
-"""The engine's hook: the request options of a pipeline's native strategies for one result."""
+"""Which strategies are native, and the request options they ask for one view."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TypeVar
-
-import attrs
 
 from context_engine.messages import Message
 from context_engine.native.options import RequestOptions, merge_request_options
-from context_engine.results import CompactResult, Projection
 
-__all__ = ["request_options_for", "with_request_options"]
+__all__ = ["is_native", "request_options_for"]
 
-_Result = TypeVar("_Result", bound=Projection | CompactResult)
+
+def is_native(strategy: object) -> bool:
+    """Whether ``strategy`` is a `NativeStrategy` (a ``provider`` and ``request_options``)."""
+    return getattr(strategy, "provider", None) is not None and callable(
+        getattr(strategy, "request_options", None)
+    )
 
 
 def request_options_for(
@@ -25,12 +26,7 @@ def request_options_for(
     method (`NativeStrategy`); a plain attribute check keeps this cheap on
     every call.
     """
-    found = [
-        ask(view)
-        for strategy in strategies
-        if getattr(strategy, "provider", None) is not None
-        and callable(ask := getattr(strategy, "request_options", None))
-    ]
+    found = [strategy.request_options(view) for strategy in strategies if is_native(strategy)]  # type: ignore[attr-defined]
     if not found:
         return ()
     for index, options in enumerate(found):
@@ -40,9 +36,3 @@ def request_options_for(
                 "request_options(), expected RequestOptions"
             )
     return merge_request_options(found)
-
-
-def with_request_options(result: _Result, strategies: Iterable[object]) -> _Result:
-    """``result`` carrying the options of ``strategies``' native ones for its view."""
-    options = request_options_for(strategies, result.messages)
-    return attrs.evolve(result, request_options=options) if options else result
