@@ -11,6 +11,7 @@ from context_engine._validate import check_int, check_number, is_int
 from context_engine.archive.base import Archive, check_session_id
 from context_engine.breaker import CircuitBreaker
 from context_engine.errors import ConfigurationError
+from context_engine.reasoning import ReasoningPolicy, checked_reasoning_policy
 from context_engine.strategies.base import Strategy
 from context_engine.summarize.pinned import Pinned, pinned_setting
 from context_engine.tokens import TokenCounter
@@ -145,6 +146,7 @@ class Settings:
     session_id: str | None
     archive_timeout: float
     pinned: Pinned | None = None
+    reasoning: ReasoningPolicy = "drop"
     reserve_tokens: int = attrs.field(init=False)
     threshold: int = attrs.field(init=False)
 
@@ -173,6 +175,7 @@ def checked_settings(
     session_id: object,
     archive_timeout_seconds: object,
     pinned: object = None,
+    reasoning: object = "drop",
 ) -> Settings:
     """The constructor's settings, each checked (a `ConfigurationError` names the first bad one)."""
     window = positive_window(context_window)
@@ -192,6 +195,7 @@ def checked_settings(
         session_id=checked_session,
         archive_timeout=timeout,
         pinned=pinned_setting(pinned),
+        reasoning=checked_reasoning_policy(reasoning),
     )
     warn_if_no_room(settings.window, settings.reserve_tokens)
     return settings

@@ -413,6 +413,7 @@ def _event(
         references=outcome.references
         if call.settings.archiving and outcome.unarchived is None
         else (),
+        reasoning_tokens_dropped=outcome.reasoning_dropped,
     )
 
 

@@ -38,9 +38,10 @@ from context_engine.events import ContextUsage, Snapshot
 from context_engine.messages import Message
 from context_engine.meter import Meter
 from context_engine.overflow import warn_unless_overflow
+from context_engine.reasoning import ReasoningPolicy
 from context_engine.redact import Redactor
 from context_engine.results import CompactResult, Projection, RecoveryResult
-from context_engine.rewrite import keep, rewrite
+from context_engine.rewrite import keep, rewrite, unbind_reasoning
 from context_engine.session import Session
 from context_engine.snapshots import describe_view
 from context_engine.strategies.base import Strategy
@@ -91,6 +92,9 @@ class ContextEngine:
         pinned: Messages re-injected right after every checkpoint, within a
             budget (a rules file, a plan): a list of messages or strings, a
             function returning them, or a `Pinned` with its own budget.
+        reasoning: ``"drop"`` removes thinking blocks whose prefix a rewrite
+            changed (outside the current turn; see `context_engine.reasoning`),
+            ``"keep"`` sends them unchanged.
     """
 
     def __init__(
@@ -118,6 +122,7 @@ class ContextEngine:
         archive_timeout_seconds: float = 2.0,
         providers: Iterable[ContextProvider] | Assembler = (),
         pinned: Pinned | PinnedSource | None = None,
+        reasoning: ReasoningPolicy = "drop",
     ) -> None:
         self._settings: Settings = checked_settings(
             context_window=context_window,
@@ -129,6 +134,7 @@ class ContextEngine:
             session_id=session_id,
             archive_timeout_seconds=archive_timeout_seconds,
             pinned=pinned,
+            reasoning=reasoning,
         )
         breaker = checked_breaker(
             max_consecutive_failures, breaker_cooldown_calls, breaker_cooldown_seconds
@@ -340,7 +346,7 @@ class ContextEngine:
                 outcome = call.unchanged()
             else:
                 changed = await rewrite(call, session, self.on_strategy, extra.get("instructions"))
-                outcome = await keep(call, changed)
+                outcome = unbind_reasoning(call, await keep(call, changed))
             result = await finish(call, outcome, self._desk())
             mark_span(span, result, session.breaker)
             return result

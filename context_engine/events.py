@@ -110,6 +110,9 @@ class RewriteEvent:
         references: Archive references this rewrite created, in the order the
             strategies wrote them (empty without an archive).
         trace: The call's `AssemblyTrace` (the same as the result's).
+        reasoning_tokens_dropped: Tokens of thinking blocks the engine dropped
+            because the rewrite changed the prompt before them (the provider
+            would have discarded or rejected them; the model redoes that reasoning).
     """
 
     reason: RewriteReason
@@ -128,6 +131,7 @@ class RewriteEvent:
     prefix_reused_tokens: int = 0
     references: tuple[str, ...] = ()
     trace: AssemblyTrace = attrs.field(default=EMPTY_TRACE, repr=False)
+    reasoning_tokens_dropped: int = 0
 
 
 @attrs.frozen(kw_only=True)
