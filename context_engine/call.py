@@ -16,11 +16,13 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 from context_engine._aio import call_hook
+from context_engine._cache_report import priced
 from context_engine._settings import Settings
 from context_engine._transcript import recovery_target
 from context_engine.assembly.assembler import removal_decisions
 from context_engine.assembly.trace import EMPTY_TRACE, AssemblyTrace
 from context_engine.breaker import CircuitBreaker
+from context_engine.cache_cost import estimate_call
 from context_engine.errors import CompactionError
 from context_engine.events import ContextUsage, RewriteEvent, RewriteReason, Scope
 from context_engine.messages import Message
@@ -243,6 +245,7 @@ async def finish(
     view_estimate = desk.meter.estimate_outcome(
         call.transcript, call.estimate, outcome.view, outcome.tokens
     )
+    cached_before = desk.session.last.estimate.tokens if desk.session.last else 0
     usage = _remember(call, outcome, view_estimate, commit, desk)
     view, trace = _assembled(call, outcome, desk)
     for step in outcome.steps:
@@ -253,6 +256,7 @@ async def finish(
     if not outcome.reused and _worth_an_event(call, outcome, usage, futile):
         event = _event(call, outcome, usage, commit, desk.session, (floor or 0) if futile else 0)
         event = attrs.evolve(event, view=view, trace=trace) if trace is not EMPTY_TRACE else event
+        event = priced(event, call, cached_before)
         _log(event)
         label = "on_recover" if call.operation == "recover_overflow" else f"on_{call.operation}"
         await call_hook(label, desk.hooks.for_operation(call.operation), event)
@@ -368,6 +372,7 @@ def usage_of(
     estimate: UsageEstimate, call: Call, stable: bool | None = None, reused: int = 0
 ) -> ContextUsage:
     """The `ContextUsage` of a view estimated at ``estimate`` in ``call``."""
+    pricing = call.settings.pricing
     return ContextUsage(
         tokens=estimate.tokens,
         context_window=call.window,
@@ -376,6 +381,7 @@ def usage_of(
         trailing_tokens=estimate.trailing_tokens,
         prefix_stable=stable,
         prefix_reused_tokens=reused,
+        cache=None if pricing is None else estimate_call(pricing, estimate.tokens, reused),
     )
 
 

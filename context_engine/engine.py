@@ -38,6 +38,7 @@ from context_engine.events import ContextUsage, Snapshot
 from context_engine.messages import Message
 from context_engine.meter import Meter
 from context_engine.overflow import warn_unless_overflow
+from context_engine.pricing import CachePricing
 from context_engine.reasoning import ReasoningPolicy
 from context_engine.redact import Redactor
 from context_engine.results import CompactResult, Projection, RecoveryResult
@@ -95,6 +96,9 @@ class ContextEngine:
         reasoning: ``"drop"`` removes thinking blocks whose prefix a rewrite
             changed (outside the current turn; see `context_engine.reasoning`),
             ``"keep"`` sends them unchanged.
+        pricing: A provider family's cache rules and prices (a `CachePricing`
+            or a `CACHE_PRICING` name such as ``"anthropic"``): usage then
+            carries the call's cache estimate and rewrite events their cost.
     """
 
     def __init__(
@@ -123,6 +127,7 @@ class ContextEngine:
         providers: Iterable[ContextProvider] | Assembler = (),
         pinned: Pinned | PinnedSource | None = None,
         reasoning: ReasoningPolicy = "drop",
+        pricing: CachePricing | str | None = None,
     ) -> None:
         self._settings: Settings = checked_settings(
             context_window=context_window,
@@ -135,6 +140,7 @@ class ContextEngine:
             archive_timeout_seconds=archive_timeout_seconds,
             pinned=pinned,
             reasoning=reasoning,
+            pricing=pricing,
         )
         breaker = checked_breaker(
             max_consecutive_failures, breaker_cooldown_calls, breaker_cooldown_seconds
