@@ -460,7 +460,7 @@ def mark_span(span: Any, result: Projection | CompactResult, breaker: CircuitBre
     """Put a call's result on its operation span (nothing when the span is not recording)."""
     if not span.is_recording():
         return
-    event = result.event
+    event, cache = result.event, result.usage.cache
     set_attributes(
         span,
         {
@@ -475,5 +475,10 @@ def mark_span(span: Any, result: Projection | CompactResult, breaker: CircuitBre
             "context_engine.breaker.failures": breaker.failures,
             "context_engine.prefix_stable": result.usage.prefix_stable,
             "context_engine.prefix_reused_tokens": result.usage.prefix_reused_tokens,
+            "context_engine.reasoning_tokens_dropped": event.reasoning_tokens_dropped
+            if event
+            else 0,
+            "context_engine.cache.cached_tokens": cache.cached_tokens if cache else None,
+            "context_engine.cache.cost": cache.cost if cache else None,
         },
     )
