@@ -42,7 +42,7 @@ from context_engine.pricing import CachePricing
 from context_engine.reasoning import ReasoningPolicy
 from context_engine.redact import Redactor
 from context_engine.results import CompactResult, Projection, RecoveryResult
-from context_engine.rewrite import keep, rewrite, unbind_reasoning
+from context_engine.rewrite import keep, rewrite, settle
 from context_engine.session import Session
 from context_engine.snapshots import describe_view
 from context_engine.strategies.base import Strategy
@@ -352,7 +352,7 @@ class ContextEngine:
                 outcome = call.unchanged()
             else:
                 changed = await rewrite(call, session, self.on_strategy, extra.get("instructions"))
-                outcome = unbind_reasoning(call, await keep(call, changed))
+                outcome = settle(call, await keep(call, changed))
             result = await finish(call, outcome, self._desk())
             mark_span(span, result, session.breaker)
             return result
