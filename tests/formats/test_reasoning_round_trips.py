@@ -3,13 +3,15 @@
 Each converter reads a history whose model turns carry signed and encrypted
 reasoning (Anthropic ``thinking``/``redacted_thinking`` with signatures,
 OpenAI Responses ``reasoning`` items with ``encrypted_content``, DeepSeek's
-``reasoning_content``, LangChain and Strands reasoning parts), and writes it
+``reasoning_content``, LangChain, Strands and pydantic-ai reasoning parts), and writes it
 back: as read, after a strategy shortened another message, and after the
 engine dropped the reasoning whole (the items around it keep their fields).
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -21,6 +23,7 @@ from context_engine.formats.anthropic import from_anthropic, to_anthropic
 from context_engine.formats.langchain import from_langchain, to_langchain
 from context_engine.formats.openai import from_openai, to_openai
 from context_engine.formats.openai_agents import from_openai_agents, to_openai_agents
+from context_engine.formats.pydantic_ai import from_pydantic_ai, to_pydantic_ai
 from context_engine.formats.strands import from_strands, to_strands
 from context_engine.messages import Message, ThinkingBlock
 from context_engine.reasoning import without_reasoning
@@ -136,6 +139,47 @@ def langchain_history() -> list[Any]:
     ]
 
 
+def pydantic_ai_history() -> Any:
+    """A pydantic-ai history as its JSON form (what a caller stores), signed reasoning included."""
+    return copy.deepcopy(_pydantic_ai_stored())
+
+
+@functools.cache
+def _pydantic_ai_stored() -> Any:
+    """Built once: each part is stamped with the time it was made."""
+    pm = pytest.importorskip("pydantic_ai.messages")
+    history = [
+        pm.ModelRequest(parts=[pm.UserPromptPart("fix the parser")]),
+        pm.ModelResponse(
+            parts=[
+                pm.ThinkingPart(THOUGHT, id="rs_1", signature=SIGNATURE, provider_name="openai"),
+                pm.ThinkingPart("", id="rs_2", signature=ENCRYPTED, provider_name="openai"),
+                pm.ToolCallPart("read", '{"p": "a.py"}', tool_call_id="call_1"),
+            ],
+            model_name="gpt-5",
+        ),
+        pm.ModelRequest(
+            parts=[
+                pm.ToolReturnPart("read", "x = 1\n" * 50, tool_call_id="call_1"),
+                pm.UserPromptPart("and now?"),
+            ]
+        ),
+    ]
+    return json.loads(pm.ModelMessagesTypeAdapter.dump_json(history))
+
+
+def from_pydantic_ai_json(stored: Any) -> list[Message]:
+    from pydantic_ai.messages import ModelMessagesTypeAdapter
+
+    return from_pydantic_ai(ModelMessagesTypeAdapter.validate_python(stored))
+
+
+def to_pydantic_ai_json(messages: list[Message]) -> Any:
+    from pydantic_ai.messages import ModelMessagesTypeAdapter
+
+    return json.loads(ModelMessagesTypeAdapter.dump_json(to_pydantic_ai(messages)))
+
+
 def dump(value: Any) -> bytes:
     """Bytes that differ whenever any key, value or key order differs."""
     if isinstance(value, list) and value and hasattr(value[0], "model_dump"):
@@ -150,6 +194,7 @@ CASES: dict[str, Case] = {
     "openai-chat": (lambda: CHAT, from_openai, to_openai),
     "langchain": (langchain_history, from_langchain, to_langchain),
     "strands": (lambda: STRANDS, from_strands, to_strands),
+    "pydantic-ai": (pydantic_ai_history, from_pydantic_ai_json, to_pydantic_ai_json),
 }
 
 
