@@ -10,6 +10,7 @@ import pytest
 from context_engine import ContextEngine, Message
 from context_engine.cache_cost import estimate_call, rewrite_cost
 from context_engine.formats.anthropic import from_anthropic, to_anthropic
+from context_engine.formats.breakpoints import body_breakpoints
 from context_engine.pricing import CACHE_PRICING
 from context_engine.strategies import LightTrim, ToolResultCap, ToolResultMicrocompact
 from context_engine.testing import FixedTokenCounter
@@ -156,16 +157,6 @@ def test_without_pricing_nothing_is_estimated() -> None:
     assert result.event.cost is None
 
 
-def breakpoints(written: Any) -> list[Any]:
-    """Every ``cache_control`` in a body, in order."""
-    if isinstance(written, dict):
-        found = [written["cache_control"]] if "cache_control" in written else []
-        return found + [c for v in written.values() for c in breakpoints(v)]
-    if isinstance(written, list):
-        return [c for v in written for c in breakpoints(v)]
-    return []
-
-
 KEEPING_STRATEGIES = {
     "tool-result-cap": [ToolResultCap(max_tokens=200)],
     "microcompact": [ToolResultMicrocompact(keep_recent=0, min_result_tokens=0)],
@@ -189,4 +180,4 @@ def test_the_callers_cache_breakpoints_survive_every_rewrite_that_keeps_their_me
     assert [s.name for s in result.event.steps if s.applied] == [KEEPING_STRATEGIES[name][0].name]
     written = to_anthropic(result.messages)
     assert written != original
-    assert breakpoints(written) == breakpoints(original)
+    assert body_breakpoints(written) == body_breakpoints(original)

@@ -24,7 +24,7 @@ from context_engine.formats._openai_parts import copy_json
 from context_engine.messages import Message, TextBlock
 from context_engine.structure import TRUNCATION_KEY
 
-__all__ = ["breakpoints_of", "keep_breakpoints"]
+__all__ = ["body_breakpoints", "breakpoints_of", "keep_breakpoints"]
 
 
 def breakpoints_of(message: Message) -> list[Mapping[str, Any]]:
@@ -39,6 +39,20 @@ def breakpoints_of(message: Message) -> list[Mapping[str, Any]]:
     if isinstance(details, Mapping) and isinstance(details.get("cache_control"), Mapping):
         found.append(details["cache_control"])
     return found
+
+
+def body_breakpoints(written: object) -> list[Mapping[str, Any]]:
+    """Every ``cache_control`` in a written Anthropic body (or any part of one), in order.
+
+    For checking that a rewritten request still carries the caller's breakpoints.
+    """
+    if isinstance(written, Mapping):
+        control = written.get("cache_control")
+        found = [control] if isinstance(control, Mapping) else []
+        return found + [c for value in written.values() for c in body_breakpoints(value)]
+    if isinstance(written, list):
+        return [c for value in written for c in body_breakpoints(value)]
+    return []
 
 
 def _replacement(message: Message) -> bool:

@@ -8,7 +8,7 @@ import pytest
 
 from context_engine import ContextEngine, ContextSummary, Message
 from context_engine.formats.anthropic import from_anthropic, to_anthropic
-from context_engine.formats.breakpoints import breakpoints_of, keep_breakpoints
+from context_engine.formats.breakpoints import body_breakpoints, breakpoints_of, keep_breakpoints
 from context_engine.strategies import HardTruncate
 from context_engine.structure import TRUNCATION_KEY
 from context_engine.testing import FixedTokenCounter
@@ -35,15 +35,6 @@ def body() -> dict[str, Any]:
     }
 
 
-def breakpoints(written: Any) -> list[Any]:
-    if isinstance(written, dict):
-        found = [written["cache_control"]] if "cache_control" in written else []
-        return found + [c for v in written.values() for c in breakpoints(v)]
-    if isinstance(written, list):
-        return [c for v in written for c in breakpoints(v)]
-    return []
-
-
 @pytest.mark.parametrize(
     "strategy", [Checkpointer(), HardTruncate()], ids=["checkpoint", "truncation-marker"]
 )
@@ -55,7 +46,7 @@ def test_a_breakpoint_of_a_removed_message_moves_onto_its_replacement(strategy: 
     assert result.event.strategy == strategy.name
     written = to_anthropic(result.messages)
     assert len(written["messages"]) < len(body()["messages"])
-    assert breakpoints(written) == breakpoints(body())
+    assert body_breakpoints(written) == body_breakpoints(body())
     (replacement,) = [m for m in result.messages if m.is_summary or TRUNCATION_KEY in m.metadata]
     assert breakpoints_of(replacement) == [FIVE]
 
