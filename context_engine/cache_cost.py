@@ -47,7 +47,8 @@ class RewriteCost:
     Attributes:
         invalidated_tokens: Tokens the cache held that the rewritten prompt no
             longer starts with (written again instead of read).
-        saved_tokens: Tokens the rewrite removed from the prompt.
+        saved_tokens: Tokens the rewrite removed from the prompt (dropped reasoning
+            included: later calls no longer send it, though the model redoes it).
         reasoning_tokens_dropped: Reasoning the model has to redo.
         remaining_calls: Calls the savings are counted over.
         cost: ``invalidated * (write - read) + reasoning * output``, input-token units.
