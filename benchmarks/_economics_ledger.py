@@ -13,6 +13,8 @@ from typing import Any
 import attrs
 
 from context_engine import Message, TextBlock
+from context_engine.cache_cost import estimate_call
+from context_engine.pricing import CACHE_PRICING
 from context_engine.tokens import REQUEST_OVERHEAD_TOKENS, TokenCounter
 
 MASK_KEEP = 10
@@ -35,6 +37,8 @@ class CallCost:
     reused: int
     overflow: bool
     broken_pairs: int
+    cache_break: bool = False
+    """The prompt does not start with the previous accepted prompt: the cache misses from there."""
 
 
 @dataclass
@@ -54,6 +58,9 @@ class Outcome:
     overflows: int
     broken_pairs: int
     max_tokens: int
+    cache_breaks: int = 0
+    dollars: dict[str, float] = field(default_factory=dict)
+    """The agent's prompts priced per family of `CACHE_PRICING` (summarizer requests aside)."""
     tokens_per_call: list[int] = field(default_factory=list)
     reused_per_call: list[int] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -114,7 +121,10 @@ def account(calls: Iterable[Call], window: int, counter: TokenCounter) -> list[C
             costs.append(CallCost(0, tokens, 0, True, broken))
             continue
         reused = shared_prefix_tokens(previous, view, counter)
-        costs.append(CallCost(tokens, tokens, reused, False, broken))
+        kept = previous is None or (
+            len(view) >= len(previous) and all(a == b for a, b in zip(previous, view, strict=False))
+        )
+        costs.append(CallCost(tokens, tokens, reused, False, broken, cache_break=not kept))
         previous = view
     return costs
 
@@ -146,10 +156,22 @@ def outcome(
         overflows=sum(c.overflow for c in costs),
         broken_pairs=sum(c.broken_pairs for c in costs),
         max_tokens=max((c.attempted for c in costs), default=0),
+        cache_breaks=sum(c.cache_break for c in costs),
+        dollars={family: prompt_dollars(costs, family) for family in CACHE_PRICING},
         tokens_per_call=[c.tokens for c in costs],
         reused_per_call=[c.reused for c in costs],
         problems=list(problems),
     )
+
+
+def prompt_dollars(costs: Iterable[CallCost], family: str) -> float:
+    """What the accepted prompts cost under ``family``'s published cache prices."""
+    pricing = CACHE_PRICING[family]
+    total = 0.0
+    for cost in costs:
+        if cost.tokens:
+            total += estimate_call(pricing, cost.tokens, cost.reused).dollars or 0.0
+    return total
 
 
 def call_points(messages: Sequence[Message]) -> list[int]:

@@ -9,6 +9,7 @@ from typing import Any
 from steady_state import fmt
 
 from context_engine.cli._chart import nice_ticks
+from context_engine.pricing import CACHE_PRICING, PRICING_VERSION
 
 START, END = "<!-- economics:start -->", "<!-- economics:end -->"
 OURS = "context_engine"
@@ -60,6 +61,11 @@ def aggregate(rows: Sequence[Row], window: int, contender: str) -> Row:
         "overflowed_transcripts": sum(r["overflows"] > 0 for r in mine),
         "pairs_intact": sum(r["broken_pairs"] == 0 for r in mine),
         "problems": sum(len(r["problems"]) for r in mine),
+        "cache_breaks": sum(r.get("cache_breaks", 0) for r in mine),
+        "dollars": {
+            family: sum(r.get("dollars", {}).get(family, 0.0) for r in mine)
+            for family in CACHE_PRICING
+        },
     }
 
 
@@ -122,6 +128,11 @@ def verdicts(rows: Sequence[Row]) -> list[Row]:
 
 # -- Markdown -----------------------------------------------------------------------------------
 
+
+def _dollars_cell(family: str) -> Callable[[Row], str]:
+    return lambda a: f"{a['dollars'][family]:,.2f}"
+
+
 Column = tuple[str, Callable[[Row], str]]
 SUMMARY: list[Column] = [
     ("transcripts", lambda a: str(a["transcripts"])),
@@ -136,6 +147,11 @@ SUMMARY: list[Column] = [
         lambda a: f"{a['overflows']} ({a['overflowed_transcripts']})",
     ),
     ("tool pairs intact", lambda a: f"{a['pairs_intact']} of {a['transcripts']}"),
+    ("cache breaks", lambda a: str(a["cache_breaks"])),
+    *(
+        (f"$ {family} ({pricing.model})", _dollars_cell(family))
+        for family, pricing in CACHE_PRICING.items()
+    ),
 ]
 
 
@@ -240,6 +256,9 @@ def _run_lines(meta: Row) -> list[str]:
         f"{meta['platform']}, {meta['cpu_count']} CPUs, one-minute load average "
         f"{meta['load_average_start']} at the start and {meta['load_average_end']} at the end;",
         f"Python {meta['python']}; {versions}; counter `{meta['counter']}`.",
+        f"Dollars: the agent's prompts (summarizer requests aside) under the published cache "
+        f"prices of `context_engine.pricing` as of {PRICING_VERSION} (uncached input priced as "
+        "a cache write, the shared prefix as a cache read).",
         *(f"Note: {note}." for note in meta.get("notes", [])),
     ]
 

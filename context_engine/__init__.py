@@ -12,6 +12,7 @@ from context_engine.assembly import (
     ProviderRequest,
     Rule,
 )
+from context_engine.cache_cost import CacheEstimate, RewriteCost
 from context_engine.commands import CompactCommand, parse_compact_command
 from context_engine.engine import CompactResult, ContextEngine, Projection, RecoveryResult
 from context_engine.errors import (
@@ -38,6 +39,7 @@ from context_engine.messages import (
     Usage,
 )
 from context_engine.overflow import is_context_overflow
+from context_engine.pricing import CachePricing
 from context_engine.redact import Redactor
 from context_engine.strategies.base import Budget, Removal, StrategyResult
 from context_engine.summarize.extractive import ExtractiveSummarizer
@@ -74,6 +76,8 @@ __all__ = [
     "BlockingCallInEventLoopError",
     "Budget",
     "BudgetProfile",
+    "CacheEstimate",
+    "CachePricing",
     "CompactCommand",
     "CompactResult",
     "CompactStep",
@@ -100,6 +104,7 @@ __all__ = [
     "RecoveryResult",
     "Redactor",
     "Removal",
+    "RewriteCost",
     "RewriteEvent",
     "RewriteStep",
     "Rule",

@@ -12,6 +12,8 @@ from context_engine.archive.base import Archive, check_session_id
 from context_engine.breaker import CircuitBreaker
 from context_engine.errors import ConfigurationError
 from context_engine.native.hook import is_native
+from context_engine.pricing import CachePricing, pricing_for
+from context_engine.reasoning import ReasoningPolicy, checked_reasoning_policy
 from context_engine.strategies.base import Strategy
 from context_engine.summarize.pinned import Pinned, pinned_setting
 from context_engine.tokens import TokenCounter
@@ -146,6 +148,8 @@ class Settings:
     session_id: str | None
     archive_timeout: float
     pinned: Pinned | None = None
+    reasoning: ReasoningPolicy = "drop"
+    pricing: CachePricing | None = None
     reserve_tokens: int = attrs.field(init=False)
     threshold: int = attrs.field(init=False)
     native: tuple[Strategy, ...] = attrs.field(init=False)
@@ -180,6 +184,8 @@ def checked_settings(
     session_id: object,
     archive_timeout_seconds: object,
     pinned: object = None,
+    reasoning: object = "drop",
+    pricing: object = None,
 ) -> Settings:
     """The constructor's settings, each checked (a `ConfigurationError` names the first bad one)."""
     window = positive_window(context_window)
@@ -199,6 +205,8 @@ def checked_settings(
         session_id=checked_session,
         archive_timeout=timeout,
         pinned=pinned_setting(pinned),
+        reasoning=checked_reasoning_policy(reasoning),
+        pricing=None if pricing is None else pricing_for(pricing),
     )
     warn_if_no_room(settings.window, settings.reserve_tokens)
     return settings

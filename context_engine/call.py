@@ -16,11 +16,13 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 from context_engine._aio import call_hook
+from context_engine._cache_report import priced
 from context_engine._settings import Settings
 from context_engine._transcript import recovery_target
 from context_engine.assembly.assembler import removal_decisions
 from context_engine.assembly.trace import EMPTY_TRACE, AssemblyTrace
 from context_engine.breaker import CircuitBreaker
+from context_engine.cache_cost import estimate_call
 from context_engine.errors import CompactionError
 from context_engine.events import ContextUsage, RewriteEvent, RewriteReason, Scope
 from context_engine.messages import Message
@@ -245,6 +247,7 @@ async def finish(
     view_estimate = desk.meter.estimate_outcome(
         call.transcript, call.estimate, outcome.view, outcome.tokens
     )
+    cached_before = desk.session.last.estimate.tokens if desk.session.last else 0
     usage = _remember(call, outcome, view_estimate, commit, desk)
     view, trace = _assembled(call, outcome, desk)
     for step in outcome.steps:
@@ -255,6 +258,7 @@ async def finish(
     if not outcome.reused and _worth_an_event(call, outcome, usage, futile):
         event = _event(call, outcome, usage, commit, desk.session, (floor or 0) if futile else 0)
         event = attrs.evolve(event, view=view, trace=trace) if trace is not EMPTY_TRACE else event
+        event = priced(event, call, cached_before)
         _log(event)
         label = "on_recover" if call.operation == "recover_overflow" else f"on_{call.operation}"
         await call_hook(label, desk.hooks.for_operation(call.operation), event)
@@ -372,6 +376,7 @@ def usage_of(
     estimate: UsageEstimate, call: Call, stable: bool | None = None, reused: int = 0
 ) -> ContextUsage:
     """The `ContextUsage` of a view estimated at ``estimate`` in ``call``."""
+    pricing = call.settings.pricing
     return ContextUsage(
         tokens=estimate.tokens,
         context_window=call.window,
@@ -380,6 +385,7 @@ def usage_of(
         trailing_tokens=estimate.trailing_tokens,
         prefix_stable=stable,
         prefix_reused_tokens=reused,
+        cache=None if pricing is None else estimate_call(pricing, estimate.tokens, reused),
     )
 
 
@@ -417,6 +423,7 @@ def _event(
         references=outcome.references
         if call.settings.archiving and outcome.unarchived is None
         else (),
+        reasoning_tokens_dropped=outcome.reasoning_dropped,
     )
 
 
@@ -457,7 +464,7 @@ def mark_span(span: Any, result: Projection | CompactResult, breaker: CircuitBre
     """Put a call's result on its operation span (nothing when the span is not recording)."""
     if not span.is_recording():
         return
-    event = result.event
+    event, cache = result.event, result.usage.cache
     set_attributes(
         span,
         {
@@ -472,5 +479,10 @@ def mark_span(span: Any, result: Projection | CompactResult, breaker: CircuitBre
             "context_engine.breaker.failures": breaker.failures,
             "context_engine.prefix_stable": result.usage.prefix_stable,
             "context_engine.prefix_reused_tokens": result.usage.prefix_reused_tokens,
+            "context_engine.reasoning_tokens_dropped": event.reasoning_tokens_dropped
+            if event
+            else 0,
+            "context_engine.cache.cached_tokens": cache.cached_tokens if cache else None,
+            "context_engine.cache.cost": cache.cost if cache else None,
         },
     )

@@ -39,9 +39,11 @@ from context_engine.events import ContextUsage, Snapshot
 from context_engine.messages import Message
 from context_engine.meter import Meter
 from context_engine.overflow import warn_unless_overflow
+from context_engine.pricing import CachePricing
+from context_engine.reasoning import ReasoningPolicy
 from context_engine.redact import Redactor
 from context_engine.results import CompactResult, Projection, RecoveryResult
-from context_engine.rewrite import keep, rewrite
+from context_engine.rewrite import keep, rewrite, settle
 from context_engine.session import Session
 from context_engine.snapshots import describe_view
 from context_engine.strategies.base import Strategy
@@ -98,6 +100,12 @@ class ContextEngine:
         pinned: Messages re-injected right after every checkpoint, within a
             budget (a rules file, a plan): a list of messages or strings, a
             function returning them, or a `Pinned` with its own budget.
+        reasoning: ``"drop"`` removes thinking blocks whose prefix a rewrite
+            changed (outside the current turn; see `context_engine.reasoning`),
+            ``"keep"`` sends them unchanged.
+        pricing: A provider family's cache rules and prices (a `CachePricing`
+            or a `CACHE_PRICING` name such as ``"anthropic"``): usage then
+            carries the call's cache estimate and rewrite events their cost.
     """
 
     def __init__(
@@ -126,6 +134,8 @@ class ContextEngine:
         providers: Iterable[ContextProvider] | Assembler = (),
         transforms: Iterable[Transform] = (),
         pinned: Pinned | PinnedSource | None = None,
+        reasoning: ReasoningPolicy = "drop",
+        pricing: CachePricing | str | None = None,
     ) -> None:
         self._settings: Settings = checked_settings(
             context_window=context_window,
@@ -137,6 +147,8 @@ class ContextEngine:
             session_id=session_id,
             archive_timeout_seconds=archive_timeout_seconds,
             pinned=pinned,
+            reasoning=reasoning,
+            pricing=pricing,
         )
         breaker = checked_breaker(
             max_consecutive_failures, breaker_cooldown_calls, breaker_cooldown_seconds
@@ -359,7 +371,7 @@ class ContextEngine:
                 outcome = call.unchanged()
             else:
                 changed = await rewrite(call, session, self.on_strategy, extra.get("instructions"))
-                outcome = await keep(call, changed)
+                outcome = settle(call, await keep(call, changed))
             result = await finish(call, outcome, self._desk())
             mark_span(span, result, session.breaker)
             return result

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Literal, TypeAlias
+from collections.abc import Mapping
+from typing import Any, Literal, TypeAlias
 
 import attrs
 
 from context_engine.assembly.trace import EMPTY_TRACE, AssemblyTrace
+from context_engine.cache_cost import CacheEstimate, RewriteCost
 from context_engine.messages import Message
 
 __all__ = [
@@ -116,6 +118,14 @@ class RewriteEvent:
         references: Archive references this rewrite created, in the order the
             strategies wrote them (empty without an archive).
         trace: The call's `AssemblyTrace` (the same as the result's).
+        reasoning_tokens_dropped: Tokens of thinking blocks the engine dropped
+            because the rewrite changed the prompt before them (the provider
+            would have discarded or rejected them; the model redoes that reasoning).
+        cost: What the rewrite costs under the engine's ``pricing`` (cache
+            invalidated, reasoning dropped) against what it saves, or None
+            without pricing.
+        cache_miss: The provider's cache-miss diagnostic found on the newest
+            assistant message (a ``{"type"/"reason", ...}`` dict as sent), or None.
     """
 
     reason: RewriteReason
@@ -134,6 +144,9 @@ class RewriteEvent:
     prefix_reused_tokens: int = 0
     references: tuple[str, ...] = ()
     trace: AssemblyTrace = attrs.field(default=EMPTY_TRACE, repr=False)
+    reasoning_tokens_dropped: int = 0
+    cost: RewriteCost | None = None
+    cache_miss: Mapping[str, Any] | None = attrs.field(default=None, repr=False)
 
 
 @attrs.frozen(kw_only=True)
@@ -150,6 +163,8 @@ class ContextUsage:
             provider's prompt cache can reuse); None before a previous view.
         prefix_reused_tokens: Tokens of the leading messages shared with the
             previous view (fixed overhead included).
+        cache: The prompt's expected cache reads, writes and cost under the
+            engine's ``pricing``, or None without pricing.
     """
 
     tokens: int
@@ -159,6 +174,7 @@ class ContextUsage:
     trailing_tokens: int = 0
     prefix_stable: bool | None = None
     prefix_reused_tokens: int = 0
+    cache: CacheEstimate | None = None
 
     @property
     def percent(self) -> float:

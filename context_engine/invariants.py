@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from context_engine.messages import Message
+from context_engine.messages import Message, ThinkingBlock
 from context_engine.structure import TRIMMED_KEY, analyze, is_user_message
 
 __all__ = ["check_view"]
@@ -22,7 +22,11 @@ def check_view(transcript: Sequence[Message], view: Sequence[Message]) -> list[s
     no tool call without its result or result without its call (except calls
     pending at the end, which must stay as they were, and orphans the
     transcript already had); the newest user message present (verbatim, or
-    trimmed with a marker); untouched messages in their original order.
+    trimmed with a marker); untouched messages in their original order;
+    every reasoning block (`ThinkingBlock`, signature or encrypted payload
+    included) either dropped whole or kept byte for byte in an assistant
+    message with the same tool calls as the one it came from, so no reasoning
+    is edited, invented or orphaned from its tool call.
     """
     problems: list[str] = []
     shape = analyze(transcript)
@@ -43,6 +47,27 @@ def check_view(transcript: Sequence[Message], view: Sequence[Message]) -> list[s
         if not any(m == newest or _trimmed_from(m, newest) for m in view):
             problems.append("newest user message missing or altered")
     problems.extend(_order_problems(transcript, view))
+    problems.extend(_reasoning_problems(transcript, view))
+    return problems
+
+
+def _reasoning_problems(transcript: Sequence[Message], view: Sequence[Message]) -> list[str]:
+    """Reasoning kept whole, and still beside exactly the tool calls it was written with."""
+    homes: dict[ThinkingBlock, list[tuple[object, ...]]] = {}
+    for message in transcript:
+        for block in message.content:
+            if isinstance(block, ThinkingBlock):
+                homes.setdefault(block, []).append(tuple(message.tool_calls))
+    problems: list[str] = []
+    for index, message in enumerate(view):
+        for block in message.content:
+            if not isinstance(block, ThinkingBlock):
+                continue
+            calls = homes.get(block)
+            if calls is None:
+                problems.append(f"reasoning block in view message {index} edited or invented")
+            elif message.role != "assistant" or tuple(message.tool_calls) not in calls:
+                problems.append(f"reasoning block in view message {index} orphaned from its calls")
     return problems
 
 

@@ -62,6 +62,8 @@ class Outcome:
     """The last view plus new messages: no strategy ran, nothing to commit or report."""
     floor: int | None = None
     """The floor of the view the first LLM strategy would have got, when one was due."""
+    reasoning_dropped: int = 0
+    """Tokens of the thinking blocks dropped because the rewrite changed their prefix."""
 
     @property
     def changed(self) -> bool:

@@ -17,12 +17,14 @@ import attrs
 
 from context_engine._originals import keep_within
 from context_engine.call import Call
+from context_engine.formats.breakpoints import keep_breakpoints
 from context_engine.pipeline import Outcome, run_forced, run_pipeline, run_unarchived
+from context_engine.reasoning import drop_unbound_reasoning
 from context_engine.recovery import recovery_strategies
 from context_engine.session import Session
 from context_engine.strategies.base import Budget
 
-__all__ = ["keep", "rewrite"]
+__all__ = ["keep", "rewrite", "settle", "unbind_reasoning"]
 
 logger = logging.getLogger("context_engine.engine")
 
@@ -103,3 +105,37 @@ async def keep(call: Call, outcome: Outcome) -> Outcome:
 
 def _codec_refused(error: str | None) -> bool:
     return error is not None and error.startswith("ArchiveError: cannot archive a message")
+
+
+def unbind_reasoning(call: Call, outcome: Outcome) -> Outcome:
+    """Drop the reasoning a rewrite cut off from its prefix (the ``"drop"`` policy).
+
+    The views a caller may commit lose it too, so what is committed is what
+    the provider was sent.
+    """
+    if call.settings.reasoning != "drop" or outcome.reused or not outcome.changed:
+        return outcome
+    counter = call.meter.counter
+    view, dropped = drop_unbound_reasoning(call.transcript, outcome.view, counter)
+    if not dropped:
+        return outcome
+    views = tuple(drop_unbound_reasoning(call.transcript, v, counter)[0] for v in outcome.views)
+    return attrs.evolve(
+        outcome,
+        view=view,
+        views=views,
+        tokens=max(0, outcome.tokens - dropped),
+        reasoning_dropped=dropped,
+    )
+
+
+def settle(call: Call, outcome: Outcome) -> Outcome:
+    """The rewritten view as it may go out: unbound reasoning dropped, breakpoints kept."""
+    outcome = unbind_reasoning(call, outcome)
+    if outcome.reused or not outcome.changed:
+        return outcome
+    view, moved = keep_breakpoints(call.transcript, outcome.view)
+    if not moved:
+        return outcome
+    views = tuple(keep_breakpoints(call.transcript, v)[0] for v in outcome.views)
+    return attrs.evolve(outcome, view=view, views=views)

@@ -92,6 +92,26 @@ def test_a_call_above_the_window_is_refused_and_leaves_the_cache_alone(
     assert costs[2].reused == counter.count_message(small[0])  # against the last prompt sent
 
 
+def test_a_rewritten_prompt_counts_one_cache_break_and_costs_more_dollars(
+    econ: ModuleType, counter: FixedTokenCounter
+) -> None:
+    """Growing prompts reuse the cache; the call whose head changed breaks it and pays."""
+    head = (Message.user("x" * 8_000),)
+    grown = (*head, Message.user("y" * 400))
+    rewritten = (Message.user("x" * 7_000), Message.user("y" * 400))
+    steady = econ.ledger.account([(head, head), (grown, grown), (grown, grown)], 9_999, counter)
+    broken = econ.ledger.account([(head, head), (grown, grown), (grown, rewritten)], 9_999, counter)
+    assert [c.cache_break for c in steady] == [False, False, False]
+    assert [c.cache_break for c in broken] == [False, False, True]
+    for family in ("anthropic", "openai"):
+        assert econ.ledger.prompt_dollars(broken, family) > econ.ledger.prompt_dollars(
+            steady, family
+        )
+    totals = econ.ledger.outcome("x", "t", 9_999, broken)
+    assert totals.cache_breaks == 1
+    assert set(totals.dollars) == {"anthropic", "openai"}
+
+
 def test_a_view_that_splits_a_tool_pair_is_counted_once_per_orphan(econ: ModuleType) -> None:
     history = agent_session(2)[:-1]
     assert econ.ledger.broken_pairs(history, history) == 0

@@ -9,7 +9,7 @@ import attrs
 import pytest
 
 from context_engine.invariants import check_view
-from context_engine.messages import ContextSummary, Message, ToolCall
+from context_engine.messages import ContextSummary, Message, TextBlock, ThinkingBlock, ToolCall
 from context_engine.structure import TRIMMED_KEY
 
 SYSTEM = Message.system("be brief")
@@ -184,3 +184,69 @@ def test_several_broken_invariants_are_all_reported() -> None:
         "tool call 'c' has no result",
         "messages reordered",
     ]
+
+
+THOUGHT = ThinkingBlock("the readme first, then setup.cfg", signature="sig-1")
+SECRET = ThinkingBlock("ZW5jcnlwdGVk", redacted=True)
+THINK_READ = Message("assistant", (THOUGHT, SECRET, *READ.tool_calls))
+REASONED = [SYSTEM, ASK_1, LIST, LISTED, ANSWER_1, ASK_2, THINK_READ, READ_B, READ_C, ANSWER_2]
+
+
+@pytest.mark.parametrize(
+    ("view", "problem"),
+    [
+        (
+            [
+                *REASONED[:6],
+                attrs.evolve(THINK_READ, content=(SECRET, *READ.tool_calls)),
+                *REASONED[7:],
+            ],
+            None,
+        ),
+        (
+            [*REASONED[:6], Message("assistant", (*READ.tool_calls,)), *REASONED[7:]],
+            None,
+        ),
+        (
+            [
+                *REASONED[:6],
+                Message("assistant", (ThinkingBlock(THOUGHT.thinking, "sig-2"), *READ.tool_calls)),
+                *REASONED[7:],
+            ],
+            "reasoning block in view message 6 edited or invented",
+        ),
+        (
+            [
+                *REASONED[:6],
+                Message(
+                    "assistant",
+                    (ThinkingBlock(THOUGHT.thinking + " ", "sig-1"), SECRET, *READ.tool_calls),
+                ),
+                *REASONED[7:],
+            ],
+            "reasoning block in view message 6 edited or invented",
+        ),
+        (
+            [*REASONED[:6], Message("assistant", (THOUGHT, TextBlock("done"))), ANSWER_2],
+            "reasoning block in view message 6 orphaned from its calls",
+        ),
+        (
+            [*REASONED[:6], Message("user", (SECRET,)), *REASONED[6:]],
+            "reasoning block in view message 6 orphaned from its calls",
+        ),
+    ],
+    ids=[
+        "one-block-dropped-whole",
+        "all-reasoning-dropped",
+        "signature-changed",
+        "text-changed",
+        "calls-removed-reasoning-kept",
+        "reasoning-moved-to-user",
+    ],
+)
+def test_reasoning_is_kept_whole_beside_its_calls_or_dropped(
+    view: list[Message], problem: str | None
+) -> None:
+    """A view may drop a thinking block, never edit it or separate it from its tool calls."""
+    problems = check_view(REASONED, view)
+    assert [p for p in problems if "reasoning" in p] == ([problem] if problem else [])

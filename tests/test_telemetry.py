@@ -327,3 +327,20 @@ def test_with_a_provider_the_spans_record(otel: Otel) -> None:
     (strategy,) = otel.finished("context_engine.strategy")
     assert strategy.attributes["context_engine.tokens_after"] == 5
     assert "dropped" not in strategy.attributes
+
+
+async def test_the_operation_span_carries_the_cache_estimate_and_dropped_reasoning(
+    otel: Otel,
+) -> None:
+    """With pricing, the span says what the cache should serve and what the prompt costs."""
+    engine = otel.engine(ShrinkToolResults(), pricing="openai")
+    result = await engine.project(agent_session(120, result_chars=400))
+    (span,) = otel.finished("context_engine.project")
+    assert result.usage.cache is not None
+    assert result.event is not None
+    assert span.attributes["context_engine.cache.cached_tokens"] == result.usage.cache.cached_tokens
+    assert span.attributes["context_engine.cache.cost"] == result.usage.cache.cost
+    assert (
+        span.attributes["context_engine.reasoning_tokens_dropped"]
+        == result.event.reasoning_tokens_dropped
+    )

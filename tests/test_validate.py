@@ -29,6 +29,7 @@ from context_engine.archive.shared import SharedSummarizerBreaker
 from context_engine.archive.sqlite import SQLiteArchive
 from context_engine.assembly import BudgetProfile, Item
 from context_engine.breaker import CircuitBreaker
+from context_engine.pricing import CACHE_PRICING
 from context_engine.strategies import FullSummary, LightTrim, ToolResultCap, ToolResultMicrocompact
 from context_engine.summarize import Rehydration
 from context_engine.summarize.pinned import Pinned
@@ -37,6 +38,10 @@ from context_engine.testing import RecordingSummarizer
 from tests.extras import needs
 
 NAN, INF = float("nan"), float("inf")
+
+
+def _pricing(field: str, value: float) -> object:
+    return attrs.evolve(CACHE_PRICING["anthropic"], **{field: value})
 
 
 def _profile(share: str, value: float) -> object:
@@ -174,6 +179,16 @@ FLOAT_SETTINGS: list[tuple[str, Callable[[float], object]]] = [
     ("rehydration-share", lambda v: Rehydration(max_share=v)),
     ("item-relevance", lambda v: Item(id="a", text="b", relevance=v)),
     *(
+        (f"cache-pricing-{field}", partial(_pricing, field))
+        for field in (
+            "read_multiplier",
+            "write_multiplier",
+            "long_write_multiplier",
+            "output_multiplier",
+            "input_per_mtok",
+        )
+    ),
+    *(
         (f"budget-profile-{share}", partial(_profile, share))
         for share in (
             "preferences",
@@ -231,6 +246,11 @@ COVERED_FIELDS = {
     ("BudgetProfile", "history_without_retrieval"),
     ("BudgetProfile", "long_term"),
     ("BudgetProfile", "retrieval"),
+    ("CachePricing", "read_multiplier"),
+    ("CachePricing", "write_multiplier"),
+    ("CachePricing", "long_write_multiplier"),
+    ("CachePricing", "output_multiplier"),
+    ("CachePricing", "input_per_mtok"),
 }
 
 

@@ -102,24 +102,24 @@ def _read_thinking(part: Mapping[str, Any]) -> _Read | None:
         return None
     signature = _str(part.get("signature"))
     consumed = ("thinking", "signature") if signature is not None else ("thinking",)
-    return ThinkingBlock(thinking, signature=signature), {
-        "form": "thinking",
-        "rest": _rest(part, *consumed),
-    }
+    entry = {"form": "thinking", "rest": _rest(part, *consumed)}
+    return ThinkingBlock(thinking, signature=signature), _in_order(part, entry, *consumed)
 
 
 def _read_redacted(part: Mapping[str, Any]) -> _Read | None:
     data = _str(part.get("data"))
     if data is None:
         return None
-    return ThinkingBlock(data, redacted=True), {"form": "redacted", "rest": _rest(part, "data")}
+    entry = {"form": "redacted", "rest": _rest(part, "data")}
+    return ThinkingBlock(data, redacted=True), _in_order(part, entry, "data")
 
 
 def _read_reasoning(part: Mapping[str, Any]) -> _Read | None:
     reasoning = _str(part.get("reasoning"))
     if reasoning is None:
         return None  # e.g. OpenAI Responses reasoning items with a summary list: kept whole
-    return ThinkingBlock(reasoning), {"form": "reasoning", "rest": _rest(part, "reasoning")}
+    entry = {"form": "reasoning", "rest": _rest(part, "reasoning")}
+    return ThinkingBlock(reasoning), _in_order(part, entry, "reasoning")
 
 
 _READERS: Final[Mapping[str, Callable[[Mapping[str, Any]], _Read | None]]] = {
@@ -247,14 +247,26 @@ def _write_form(block: Block, entry: Mapping[str, Any]) -> str | dict[str, Any] 
         return _write_image(block, entry) if form in ("image_url", "image", "source") else None
     if not isinstance(block, ThinkingBlock):
         return None
+    part: dict[str, Any] | None = None
     if form == "redacted" and block.redacted:
-        return {**rest, "data": block.thinking}
-    if form == "reasoning" and not block.redacted and block.signature is None:
-        return {**rest, "reasoning": block.thinking}
-    if form == "thinking" and not block.redacted:
+        part = {**rest, "data": block.thinking}
+    elif form == "reasoning" and not block.redacted and block.signature is None:
+        part = {**rest, "reasoning": block.thinking}
+    elif form == "thinking" and not block.redacted:
         signed = {"signature": block.signature} if block.signature is not None else {}
-        return {**rest, "thinking": block.thinking, **signed}
-    return None
+        part = {**rest, "thinking": block.thinking, **signed}
+    order = entry.get("order")
+    if part is not None and isinstance(order, list) and sorted(order) == sorted(part):
+        part = {key: part[key] for key in order}
+    return part
+
+
+def _in_order(part: Mapping[str, Any], entry: dict[str, Any], *consumed: str) -> dict[str, Any]:
+    """``entry`` with the part's key order when writing ``rest`` then ``consumed`` differs."""
+    written = [*_rest(part, *consumed), *(key for key in consumed if key in part)]
+    if list(part) != written:
+        entry["order"] = list(part)
+    return entry
 
 
 def _fits(layout: object, visible: Sequence[Block]) -> bool:

@@ -58,6 +58,7 @@ from context_engine.messages import (
 __all__ = [
     "CONTENT_FORM_KEY",
     "EXTRA_KEY",
+    "KEY_ORDER_KEY",
     "PARTS_KEY",
     "TOOL_CALLS_KEY",
     "USAGE_KEY",
@@ -79,6 +80,11 @@ TOOL_CALLS_KEY: Final = "openai.tool_calls"
 """Metadata key: per-call details of ``tool_calls`` that `ToolCall` cannot hold."""
 USAGE_KEY: Final = "openai.usage"
 """Metadata key: the ``usage`` dict as written, when it differs from the rendered one."""
+KEY_ORDER_KEY: Final = "openai.key_order"
+"""Metadata key: the keys of a message with ``reasoning_content`` in the order read,
+when `to_openai` would order them otherwise (so reasoning is written back byte for byte)."""
+_WRITE_ORDER: Final = ("role", "content", "name", "tool_call_id", "tool_calls")
+_WRITE_ORDER_END: Final = ("reasoning_content", "usage")
 
 _ROLE_KEYS: Final[Mapping[str, frozenset[str]]] = {
     "assistant": frozenset({"name", "tool_calls", "reasoning_content", "usage"}),
@@ -135,6 +141,9 @@ def _read_message(data: object) -> Message:
     role = _read_role(data)
     fields, extra = _split_keys(data, role)
     metadata: dict[str, Any] = {EXTRA_KEY: extra} if extra else {}
+    order = _key_order(data) if "reasoning_content" in data else None
+    if order is not None:
+        metadata[KEY_ORDER_KEY] = order
     visible, form, layout = _read_content(data, role)
     if layout is not None:
         metadata[PARTS_KEY] = layout
@@ -155,6 +164,14 @@ def _read_message(data: object) -> Message:
     return Message(
         role, tuple(blocks), tool_call_id=tool_call_id, name=name, usage=usage, metadata=metadata
     )
+
+
+def _key_order(data: Mapping[str, Any]) -> list[str] | None:
+    """The keys in the order read, when they are not in the order they are written."""
+    keys = list(data)
+    written = [k for k in (*_WRITE_ORDER, *_WRITE_ORDER_END) if k in data]
+    written += [k for k in keys if k not in written]
+    return keys if keys != written else None
 
 
 def _read_role(data: Mapping[str, Any]) -> Role:
@@ -377,6 +394,9 @@ def _write_message(message: Message, reasoning: bool, with_usage: bool) -> dict[
         for key, value in extra.items():
             if key not in out and key != "role":
                 out[key] = copy_json(value)
+    order = meta.get(KEY_ORDER_KEY)
+    if isinstance(order, list) and len(order) == len(out) and set(order) == set(out):
+        out = {key: out[key] for key in order}
     return out
 
 

@@ -300,7 +300,7 @@ def _rewrite(message: Message, template: list[Item]) -> list[Item]:
         return [item]
     if kind == "output":
         return [_rewrite_output(message, first)]
-    pieces = [model_blocks(item) for item in template]
+    template, pieces = _without_dropped_reasoning(template, message.content)
     if [type(b) for p in pieces for b in p] != [type(b) for b in message.content]:
         return _render_model(message.content)
     written: list[Item] = []
@@ -309,6 +309,28 @@ def _rewrite(message: Message, template: list[Item]) -> list[Item]:
         new = [next(blocks) for _ in old]
         written.append(copy_json(item) if new == old else _rewrite_model_item(item, new))
     return written
+
+
+def _without_dropped_reasoning(
+    template: list[Item], blocks: Sequence[Block]
+) -> tuple[list[Item], list[list[Block]]]:
+    """The template's items less the reasoning items whose block the message no longer has.
+
+    A reasoning item is dropped whole (the engine drops reasoning whose prefix
+    a rewrite changed); the items around it keep their ids and fields.
+    """
+    items: list[Item] = []
+    pieces: list[list[Block]] = []
+    position = 0
+    for item in template:
+        old = model_blocks(item)
+        here = blocks[position : position + len(old)]
+        if item.get("type") == "reasoning" and list(here) != old:
+            continue
+        items.append(item)
+        pieces.append(old)
+        position += len(old)
+    return items, pieces
 
 
 def _rewrite_content(blocks: Sequence[Block], old: object, role: str) -> str | list[Item]:
