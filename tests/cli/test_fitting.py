@@ -26,7 +26,10 @@ def test_compact_fits_where_the_checkpoint_alone_stays_above_the_threshold(
     cli: Runner, long_file: Path, tmp_path: Path
 ) -> None:
     target = tmp_path / "out.jsonl"
-    ran = cli("compact", long_file, "--window", "6000", "-o", target, "--json", "-", *EXACT)
+    ran = cli(
+        "compact", long_file, "--window", "6000", "--keep-tail", "3000", "-o", target,
+        "--json", "-", *EXACT,
+    )  # fmt: skip
     assert ran.code == 0, ran.stderr
     data = _data(ran.stdout)
     assert data["event"]["tokens_after"] > data["threshold"]  # /compact alone was not enough
@@ -39,7 +42,10 @@ def test_compact_fits_where_the_checkpoint_alone_stays_above_the_threshold(
 def test_compact_prints_each_pipeline_step_and_the_protected_parts(
     cli: Runner, long_file: Path, tmp_path: Path
 ) -> None:
-    ran = cli("compact", long_file, "--window", "6000", "-o", tmp_path / "o.jsonl", *EXACT)
+    ran = cli(
+        "compact", long_file, "--window", "6000", "--keep-tail", "3000",
+        "-o", tmp_path / "o.jsonl", *EXACT,
+    )  # fmt: skip
     assert "above the threshold; the pipeline" in ran.stdout
     assert "hard_truncate: applied" in ran.stdout
     assert "light_trim: no - " in ran.stdout
