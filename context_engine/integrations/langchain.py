@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 from context_engine.engine import ContextEngine
@@ -227,12 +227,12 @@ class ContextEngineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self.sizing = Sizing(context_window, trigger, count_request=count_request)
         self._reader = _Reader()
 
-    def _conversation(self) -> tuple[ContextEngine, _Reader]:
-        """The engine and reader of the thread this call belongs to."""
+    def _conversation(self, runtime: object) -> tuple[ContextEngine, _Reader]:
+        """The engine and reader of the thread this call belongs to (``runtime``: the request's)."""
         if self._threads is None:
             assert self.engine is not None
             return self.engine, self._reader
-        return self._threads.get(_thread_id())
+        return self._threads.get(_thread_id(runtime))
 
     def _size(self, engine: ContextEngine, request: ModelRequest[Any]) -> None:
         """Size the engine to the request's model window and tool schemas."""
@@ -249,7 +249,7 @@ class ContextEngineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> _Result:
         """Project, call the model, commit or recover (blocking; used by ``invoke``)."""
-        engine, reader = self._conversation()
+        engine, reader = self._conversation(getattr(request, "runtime", None))
         self._size(engine, request)
         lead, transcript = reader.read(request.system_message, request.messages)
         turn = run_turn_sync(
@@ -267,7 +267,7 @@ class ContextEngineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> _Result:
         """Project, call the model, commit or recover (used by ``ainvoke``)."""
-        engine, reader = self._conversation()
+        engine, reader = self._conversation(getattr(request, "runtime", None))
         self._size(engine, request)
         lead, transcript = reader.read(request.system_message, request.messages)
         turn = await run_turn(
@@ -290,7 +290,9 @@ class ContextEngineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             return result
         message = message_from_langchain(result)
         return _capped_result(
-            result, message, self._conversation()[0].cap_tool_result_sync(message)
+            result,
+            message,
+            self._conversation(getattr(request, "runtime", None))[0].cap_tool_result_sync(message),
         )
 
     async def awrap_tool_call(
@@ -304,17 +306,29 @@ class ContextEngineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             return result
         message = message_from_langchain(result)
         return _capped_result(
-            result, message, await self._conversation()[0].cap_tool_result(message)
+            result,
+            message,
+            await self._conversation(getattr(request, "runtime", None))[0].cap_tool_result(message),
         )
 
 
-def _thread_id() -> str:
-    """The LangGraph ``thread_id`` of the run in progress, or ``"default"`` without one."""
-    try:
-        configurable = get_config().get("configurable") or {}
-    except RuntimeError:  # called outside a LangGraph run (a test calling the hook directly)
-        return "default"
-    thread = configurable.get("thread_id")
+def _thread_id(runtime: object) -> str:
+    """The LangGraph ``thread_id`` of the run in progress, or ``"default"`` without one.
+
+    Read from the request's runtime first (a model call's carries
+    ``execution_info``, a tool call's its ``config``): on Python 3.10 an async
+    run does not pass LangGraph's context variables into its tasks, so
+    ``get_config()`` fails there and every thread would share one engine.
+    """
+    thread = getattr(getattr(runtime, "execution_info", None), "thread_id", None)
+    config = getattr(runtime, "config", None)
+    if thread is None and isinstance(config, Mapping):
+        thread = (config.get("configurable") or {}).get("thread_id")
+    if thread is None:
+        try:
+            thread = (get_config().get("configurable") or {}).get("thread_id")
+        except RuntimeError:  # called outside a LangGraph run (a test calling the hook directly)
+            return "default"
     return "default" if thread is None else str(thread)
 
 

@@ -23,7 +23,6 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.config import get_config
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -773,7 +772,10 @@ class ThreadModel(ScriptedModel):
     def _generate(
         self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
     ) -> ChatResult:
-        thread = str(get_config()["configurable"]["thread_id"])
+        # The newest request names its thread (get_config() fails in an async run on
+        # Python 3.10, where LangGraph's context variables do not reach the model).
+        newest = next(m for m in reversed(messages) if m.type == "human")
+        thread = str(newest.content).split("thread ")[1].split(":")[0]
         self.views.setdefault(thread, []).append(list(messages))
         step = self.counts.get(thread, 0)
         self.counts[thread] = step + 1
@@ -842,7 +844,8 @@ def run_threads(
     )
     for turn in range(3):
         for thread in threads:
-            invoke(agent, [HumanMessage(f"Turn {turn}: read the logs.")], mode, thread_id=thread)
+            request = HumanMessage(f"Turn {turn} of thread {thread}: read the logs.")
+            invoke(agent, [request], mode, thread_id=thread)
     return {thread: [shape(view) for view in views] for thread, views in model.views.items()}
 
 
