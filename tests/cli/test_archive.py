@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -335,7 +336,8 @@ def test_delete_removes_one_session_and_says_how_many_records(cli: Runner, fille
 
 
 def test_expire_removes_what_is_older_than_the_age(cli: Runner, filled: Path) -> None:
-    with sqlite3.connect(filled) as connection:  # s1's checkpointed range was stored 8 days ago
+    # s1's checkpointed range was stored 8 days ago (the connection's `with` only commits).
+    with closing(sqlite3.connect(filled)) as connection, connection:
         connection.execute(
             "UPDATE records SET created_at = created_at - 8 * 86400 "
             "WHERE session_id = 's1' AND kind = 'messages'"
