@@ -201,7 +201,11 @@ def cap_to_fit(
 
 
 def _source(message: Message, originals: Mapping[str, Message]) -> Message | None:
-    """What to cap for ``message``: itself, its original when it is a preview, or None."""
+    """What to cap for ``message``: itself, its original when it is a preview, or None.
+
+    A preview whose original is gone (the caller committed the capped copy) is
+    capped again from its own text: the last resort must still be able to fit.
+    """
     if message.role != "tool":
         return None
     if _cappable(message):
@@ -209,6 +213,9 @@ def _source(message: Message, originals: Mapping[str, Message]) -> Message | Non
     original = originals.get(message.tool_call_id or "")
     if original is not None and original is not message and _cappable(original):
         return original
+    capped = message.metadata and CAPPED_KEY in message.metadata
+    if capped and any(isinstance(block, TextBlock) for block in message.content):
+        return message
     return None
 
 

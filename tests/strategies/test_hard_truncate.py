@@ -32,8 +32,14 @@ from context_engine.strategies.hard_truncate import (
     truncation_marker,
 )
 from context_engine.strategies.microcompact import ToolResultMicrocompact
-from context_engine.strategies.tool_result_cap import MIN_CAP_TOKENS
-from context_engine.structure import TRIMMED_KEY, TRUNCATION_KEY, analyze, is_user_message
+from context_engine.strategies.tool_result_cap import MIN_CAP_TOKENS, cap_tool_result
+from context_engine.structure import (
+    CAPPED_KEY,
+    TRIMMED_KEY,
+    TRUNCATION_KEY,
+    analyze,
+    is_user_message,
+)
 from context_engine.testing import FixedTokenCounter
 from tests.conftest import load_corpus_dicts
 from tests.transcripts import transcripts
@@ -679,3 +685,27 @@ async def test_the_checkpoint_trim_keeps_the_user_instructions_section_longest()
     assert isinstance(trimmed, ContextSummary)
     assert trimmed.summary.startswith(section)
     assert trimmed.read_files == ()  # the file lists went before the instructions
+
+
+async def test_a_recovery_caps_again_a_committed_preview_in_the_protected_tail() -> None:
+    # Found by the property test: the caller committed the capped copy, so its original is
+    # gone, and the newest group's preview alone kept the recovery above its target.
+    counter = FixedTokenCounter()
+    call = ToolCall("c1", "bash", '{"command": "grep -rn TODO ."}')
+    big = Message.tool("c1", "".join(f"src/m{i}.py:{i}: TODO\n" for i in range(3_000)))
+    preview, _ = cap_tool_result(big, max_tokens=3_000, counter=counter)
+    assert CAPPED_KEY in preview.metadata
+    pending = ToolCall("c2", "bash", '{"command": "make"}')
+    transcript = [
+        Message.system("You are a coding agent."),
+        Message.user("Find every TODO."),
+        Message.assistant("Searching.", tool_calls=[call]),
+        preview,
+        Message.assistant("Building.", tool_calls=[pending]),
+    ]
+    threshold = counter.count_message(preview) // 2
+    result = await run(HardTruncate(), transcript, counter, threshold)
+    assert result.applied
+    assert [r.kind for r in result.removed] == ["tool_result"]
+    assert counter.count_message(result.messages[3]) < counter.count_message(preview)
+    assert result.messages[-1] == transcript[-1]  # the pending call stays as it was
