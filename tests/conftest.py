@@ -87,3 +87,9 @@ _hypothesis_settings.register_profile(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
+
+# `make test` draws the same examples on every run (a red suite means a change broke
+# something, not that a new corner was found); `make soak` and --hypothesis-profile
+# explore afresh. Corners the soak finds become explicit @example cases.
+_hypothesis_settings.register_profile("deterministic", derandomize=True, print_blob=True)
+_hypothesis_settings.load_profile("deterministic")
