@@ -19,17 +19,26 @@ from typing import Any
 import attrs
 import pytest
 
-from context_engine.formats.anthropic import from_anthropic, to_anthropic
-from context_engine.formats.langchain import from_langchain, to_langchain
-from context_engine.formats.openai import from_openai, to_openai
-from context_engine.formats.openai_agents import from_openai_agents, to_openai_agents
-from context_engine.formats.pydantic_ai import from_pydantic_ai, to_pydantic_ai
-from context_engine.formats.strands import from_strands, to_strands
-from context_engine.messages import Message, ThinkingBlock
-from context_engine.reasoning import without_reasoning
+from tests.extras import needs
 
-pytest.importorskip("langchain_core")
-from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+# Every converter round-trips reasoning here, so the module needs every runtime's extra.
+pytestmark = pytest.mark.extra("langchain", "pydantic-ai")
+pytest.importorskip("langchain_core", reason=needs("langchain"))
+pytest.importorskip("pydantic_ai", reason=needs("pydantic-ai"))
+
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage  # noqa: E402
+
+from context_engine.formats.anthropic import from_anthropic, to_anthropic  # noqa: E402
+from context_engine.formats.langchain import from_langchain, to_langchain  # noqa: E402
+from context_engine.formats.openai import from_openai, to_openai  # noqa: E402
+from context_engine.formats.openai_agents import (  # noqa: E402
+    from_openai_agents,
+    to_openai_agents,
+)
+from context_engine.formats.pydantic_ai import from_pydantic_ai, to_pydantic_ai  # noqa: E402
+from context_engine.formats.strands import from_strands, to_strands  # noqa: E402
+from context_engine.messages import Message, ThinkingBlock  # noqa: E402
+from context_engine.reasoning import without_reasoning  # noqa: E402
 
 # Signatures and payloads as providers send them: long base64 with padding and slashes.
 SIGNATURE = "EqQBCkYIBxgCKkDl3w+/9f0pAa==" * 8
