@@ -256,8 +256,8 @@ async def finish(
             desk.telemetry.rewrite(step.name, _metric_reason(call), saved)
     event = None
     if not outcome.reused and _worth_an_event(call, outcome, usage, futile):
-        event = _event(call, outcome, usage, commit, desk.session, (floor or 0) if futile else 0)
-        event = attrs.evolve(event, view=view, trace=trace) if trace is not EMPTY_TRACE else event
+        floor_tokens = (floor or 0) if futile else 0
+        event = _event(call, outcome, usage, commit, desk.session, floor_tokens, view, trace)
         event = priced(event, call, cached_before)
         _log(event)
         label = "on_recover" if call.operation == "recover_overflow" else f"on_{call.operation}"
@@ -403,7 +403,10 @@ def _event(
     commit: tuple[Message, ...] | None,
     session: Session,
     floor: int,
+    view: tuple[Message, ...],
+    trace: AssemblyTrace,
 ) -> RewriteEvent:
+    """The call's report: ``view`` is what the model is sent (provider blocks placed)."""
     breaker_skip = call.reason == "circuit_breaker"
     return RewriteEvent(
         reason=call.reason,
@@ -414,7 +417,8 @@ def _event(
         tokens_after=outcome.tokens,
         info=outcome.info,
         steps=outcome.steps,
-        view=outcome.view,
+        view=view,
+        trace=trace,
         failures=call.failures if breaker_skip else session.breaker.failures,
         futile=floor > 0,
         floor_tokens=floor,
