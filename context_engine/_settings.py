@@ -11,6 +11,7 @@ from context_engine._validate import check_int, check_number, is_int
 from context_engine.archive.base import Archive, check_session_id
 from context_engine.breaker import CircuitBreaker
 from context_engine.errors import ConfigurationError
+from context_engine.request_cap import DEFAULT_MAX_LLM_REWRITES, checked_cap
 from context_engine.strategies.base import Strategy
 from context_engine.summarize.pinned import Pinned, pinned_setting
 from context_engine.tokens import TokenCounter
@@ -145,6 +146,8 @@ class Settings:
     session_id: str | None
     archive_timeout: float
     pinned: Pinned | None = None
+    max_llm_rewrites: int | None = DEFAULT_MAX_LLM_REWRITES
+    """LLM rewrites allowed between two user messages (None: no cap)."""
     reserve_tokens: int = attrs.field(init=False)
     threshold: int = attrs.field(init=False)
 
@@ -173,6 +176,7 @@ def checked_settings(
     session_id: object,
     archive_timeout_seconds: object,
     pinned: object = None,
+    max_llm_rewrites_per_request: object = DEFAULT_MAX_LLM_REWRITES,
 ) -> Settings:
     """The constructor's settings, each checked (a `ConfigurationError` names the first bad one)."""
     window = positive_window(context_window)
@@ -192,6 +196,7 @@ def checked_settings(
         session_id=checked_session,
         archive_timeout=timeout,
         pinned=pinned_setting(pinned),
+        max_llm_rewrites=checked_cap(max_llm_rewrites_per_request),
     )
     warn_if_no_room(settings.window, settings.reserve_tokens)
     return settings

@@ -54,6 +54,8 @@ class Outcome:
     """An LLM strategy raised during the run (the breaker counts it once)."""
     llm_applied: bool = False
     """An LLM strategy rewrote the view (a success for the breaker)."""
+    llm_rewrites: int = 0
+    """How many LLM strategies rewrote the view (what the per-request cap counts)."""
     forced_failed: str | None = None
     """`run_forced` found no strategy that applied and this one raised."""
     unarchived: str | None = None
@@ -107,6 +109,7 @@ class Outcome:
             views=self.views + other.views,
             llm_failed=self.llm_failed or other.llm_failed,
             llm_applied=self.llm_applied or other.llm_applied,
+            llm_rewrites=self.llm_rewrites + other.llm_rewrites,
             forced_failed=self.forced_failed or other.forced_failed,
             unarchived=self.unarchived or other.unarchived,
             floor=other.floor if other.floor is not None else self.floor,
@@ -125,6 +128,7 @@ class _Run:
     views: list[tuple[Message, ...]] = attrs.field(factory=list)
     llm_failed: bool = False
     llm_applied: bool = False
+    llm_rewrites: int = 0
     floor: int | None = None
 
     def outcome(self) -> Outcome:
@@ -138,6 +142,7 @@ class _Run:
             views=tuple(self.views),
             llm_failed=self.llm_failed,
             llm_applied=self.llm_applied,
+            llm_rewrites=self.llm_rewrites,
             floor=self.floor,
         )
 
@@ -207,6 +212,7 @@ class _Run:
             self.budget = self.budget.with_tokens(after)
             self.applied.append(name)
             self.llm_applied = self.llm_applied or strategy.uses_llm
+            self.llm_rewrites += strategy.uses_llm
             self.views.append(self.view)
             self.removed.extend(result.removed)
             if result.info is not None:

@@ -17,6 +17,7 @@ import attrs
 
 from context_engine._originals import keep_within
 from context_engine.call import Call
+from context_engine.past_cap import past_cap_strategies
 from context_engine.pipeline import Outcome, run_forced, run_pipeline, run_unarchived
 from context_engine.recovery import recovery_strategies
 from context_engine.session import Session
@@ -39,6 +40,8 @@ async def rewrite(
         extended = _extended(call, session, budget)
         if extended is not None:
             return extended
+        if call.capped:  # the request had its LLM rewrites: the checkpoint is extracted
+            strategies = tuple(past_cap_strategies(strategies))
         return await run_pipeline(call, strategies, call.transcript, budget, on_strategy)
     forced = await run_forced(call, strategies, budget, on_strategy, instructions)
     if forced.tokens <= call.threshold or (

@@ -43,7 +43,8 @@ class Budget:
             usage anchors and fixed overhead included).
         overhead_tokens: Fixed prompt parts (tool schemas) sent with every call.
         reason: Why the pipeline runs: ``threshold`` (``project``), ``manual``
-            (``compact``) or ``overflow`` (``recover_overflow``).
+            (``compact``), ``overflow`` (``recover_overflow``) or
+            ``request_boundary`` (``compact_if_needed``).
         archiving: The engine keeps every original in an archive: placeholders,
             markers and checkpoints must name the references of what they replace.
         archive_down: The engine keeps an archive but it did not take this
@@ -61,7 +62,7 @@ class Budget:
     counter: TokenCounter = attrs.field(eq=False, repr=False)
     measure: Callable[[Sequence[Message]], int] = attrs.field(eq=False, repr=False)
     overhead_tokens: int = 0
-    reason: Literal["threshold", "manual", "overflow"] = "threshold"
+    reason: Literal["threshold", "manual", "overflow", "request_boundary"] = "threshold"
     archiving: bool = False
     archive_down: bool = False
     max_user_share: float | None = 0.5

@@ -34,7 +34,7 @@ from context_engine.summarize.memo import SummaryMemo
 from context_engine.summarize.prompts import DEFAULT_PROMPTS, SummaryPrompts
 from context_engine.summarize.reattach import reattach
 from context_engine.summarize.rehydrate import Rehydration
-from context_engine.summarize.request import Summarizer
+from context_engine.summarize.request import Summarizer, summary_reason
 from context_engine.summarize.run import Deadline, SummaryCall, strip_images
 from context_engine.summarize.sections import join_prefix, split_prefix
 from context_engine.tokens import TokenCounter
@@ -295,7 +295,7 @@ class FullSummary:
             max_summary_tokens=min(self.max_summary_tokens, max(256, window // 8)),
             max_tool_result_chars=self.max_tool_result_chars,
             timeout=self.timeout_seconds,
-            reason=budget.reason,
+            reason=summary_reason(budget.reason),
             instructions=instructions,
             memo=self._memo,
             deadline=Deadline(self.summary_timeout_seconds),
