@@ -12,7 +12,7 @@ from context_engine.archive.base import Archive, check_session_id
 from context_engine.breaker import CircuitBreaker
 from context_engine.errors import ConfigurationError
 from context_engine.request_cap import DEFAULT_MAX_LLM_REWRITES, checked_cap
-from context_engine.strategies.base import Strategy
+from context_engine.strategies.base import Strategy, proactive_trigger
 from context_engine.summarize.pinned import Pinned, pinned_setting
 from context_engine.tokens import TokenCounter
 
@@ -150,6 +150,8 @@ class Settings:
     """LLM rewrites allowed between two user messages (None: no cap)."""
     reserve_tokens: int = attrs.field(init=False)
     threshold: int = attrs.field(init=False)
+    proactive_at: int | None = attrs.field(init=False)
+    """Tokens from which a `ProactiveStrategy` runs below the threshold, or None."""
 
     @reserve_tokens.default
     def _reserve_tokens(self) -> int:
@@ -158,6 +160,11 @@ class Settings:
     @threshold.default
     def _threshold(self) -> int:
         return max(0, self.window - self.reserve_tokens)
+
+    @proactive_at.default
+    def _proactive_at(self) -> int | None:
+        trigger = proactive_trigger(self.strategies, self.window)
+        return trigger if trigger is not None and trigger < self.threshold else None
 
     @property
     def archiving(self) -> bool:

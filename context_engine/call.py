@@ -140,6 +140,16 @@ class Call:
         return self.meter.view_floor(view, tokens, self.threshold, self.settings.max_user_share)
 
     @property
+    def tier_due(self) -> bool:
+        """A `project` at or above a proactive trigger but within the threshold."""
+        trigger = self.settings.proactive_at
+        return (
+            self.operation == "project"
+            and trigger is not None
+            and trigger <= self.estimate.tokens <= self.threshold
+        )
+
+    @property
     def capped(self) -> bool:
         """The per-request cap keeps the LLM strategies out of this call."""
         limit = self.settings.max_llm_rewrites
@@ -199,7 +209,8 @@ def open_call(
         if last is not None and last.input == transcript:  # the prompt it rejected
             rejected = min(rejected, last.estimate.tokens)
         threshold = recovery_target(rejected, settings.window, threshold, error)
-    if blocked is None and reason != "manual" and estimate.tokens > threshold:
+    proactive = settings.proactive_at is not None and estimate.tokens >= settings.proactive_at
+    if blocked is None and reason != "manual" and (estimate.tokens > threshold or proactive):
         # The per-request cap (a /compact is the user's own request, never capped).
         blocked = session.requests.refusal(transcript, settings.max_llm_rewrites)
     return Call(

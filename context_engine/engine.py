@@ -111,7 +111,7 @@ class ContextEngine:
         strategies: Iterable[Strategy] = (),
         *,
         reserve_tokens: int | None = None,
-        commit_strategies: Iterable[str] = ("full_summary",),
+        commit_strategies: Iterable[str] = ("full_summary", "micro_summary"),
         max_consecutive_failures: int = 3,
         breaker_cooldown_calls: int = 1,
         breaker_cooldown_seconds: float = 0.0,
@@ -352,7 +352,7 @@ class ContextEngine:
             )
             if extra.get("boundary"):  # compact_if_needed: a /compact that reports its own reason
                 call = attrs.evolve(call, reason="request_boundary")
-            if operation == "project" and call.fits:  # the common case: nothing to rewrite
+            if operation == "project" and call.fits and not call.tier_due:  # nothing to rewrite
                 outcome = call.unchanged()
             else:
                 changed = await rewrite(call, session, self.on_strategy, extra.get("instructions"))

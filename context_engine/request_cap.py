@@ -68,9 +68,9 @@ class RequestCap:
         """Why LLM strategies may not run on ``transcript`` (None: they may)."""
         if limit is None or self.count < limit:
             return None
-        if not _same(newest_user(transcript), self.request):
-            return None  # a new request: `record` starts its count
-        return cap_reached(limit)
+        # A new request starts at zero (`record` resets the count when it rewrites).
+        count = self.count if _same(newest_user(transcript), self.request) else 0
+        return cap_reached(limit) if count >= limit else None
 
     def record(self, transcript: Sequence[Message], rewrites: int) -> None:
         """Count ``rewrites`` LLM rewrites made for ``transcript``'s request."""

@@ -22,6 +22,7 @@ from context_engine.pipeline import Outcome, run_forced, run_pipeline, run_unarc
 from context_engine.recovery import recovery_strategies
 from context_engine.session import Session
 from context_engine.strategies.base import Budget
+from context_engine.tiers import run_tier
 
 __all__ = ["keep", "rewrite"]
 
@@ -37,6 +38,9 @@ async def rewrite(
     """Run the strategies ``call`` needs; the view fits whenever the floor does."""
     strategies, budget = call.settings.strategies, call.budget()
     if call.operation == "project":
+        if call.tier_due:  # below the threshold, above a proactive trigger: one early summary
+            assert call.settings.proactive_at is not None
+            return await run_tier(call, strategies, budget, call.settings.proactive_at, on_strategy)
         extended = _extended(call, session, budget)
         if extended is not None:
             return extended
