@@ -32,6 +32,7 @@ from context_engine.summarize.gate import Review, gated
 from context_engine.summarize.instructions import keep_instructions
 from context_engine.summarize.memo import SummaryMemo
 from context_engine.summarize.prompts import DEFAULT_PROMPTS, SummaryPrompts
+from context_engine.summarize.rate import deepened
 from context_engine.summarize.reattach import reattach
 from context_engine.summarize.rehydrate import Rehydration
 from context_engine.summarize.request import Summarizer, summary_reason
@@ -166,6 +167,8 @@ class FullSummary:
         cut = find_cut_point(view, shape, budget.counter, keep)
         if cut is None:
             return StrategyResult.unchanged(view)
+        if budget.reason == "threshold":  # a reactive checkpoint removes at least the minimum
+            cut = deepened(view, shape, budget.counter, cut, budget.threshold)
         previous_index = leading_checkpoint(view, shape)
         previous = view[previous_index] if previous_index >= 0 else None
         history = tuple(view[i] for i in cut.history)
