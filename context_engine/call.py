@@ -178,9 +178,8 @@ def open_call(
 
     A recovery aims below the size the provider rejected; a `project` leaves
     the LLM strategies out while the breaker is open, or silently while the
-    transcript has not grown since they last failed to fit it; a `project` or
-    a recovery leaves them out once the current request has had its
-    ``max_llm_rewrites_per_request`` (`RequestCap`).
+    transcript has not grown since they last failed to fit it, and once the
+    current request has had its ``max_llm_rewrites_per_request`` (`RequestCap`).
     """
     estimate = meter.estimate(transcript, session.seen())
     if assembly is not None and assembly.tokens:  # the provider blocks are overhead of this call
@@ -210,8 +209,8 @@ def open_call(
             rejected = min(rejected, last.estimate.tokens)
         threshold = recovery_target(rejected, settings.window, threshold, error)
     proactive = settings.proactive_at is not None and estimate.tokens >= settings.proactive_at
-    if blocked is None and reason != "manual" and (estimate.tokens > threshold or proactive):
-        # The per-request cap (a /compact is the user's own request, never capped).
+    if blocked is None and operation == "project" and (estimate.tokens > threshold or proactive):
+        # The per-request cap; a recovery is counted but never capped (its view must fit).
         blocked = session.requests.refusal(transcript, settings.max_llm_rewrites)
     return Call(
         operation=operation,

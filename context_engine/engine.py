@@ -100,9 +100,10 @@ class ContextEngine:
             budget (a rules file, a plan): a list of messages or strings, a
             function returning them, or a `Pinned` with its own budget.
         max_llm_rewrites_per_request: LLM rewrites (summaries) allowed between
-            two user messages in ``project`` and ``recover_overflow``; past it
-            the LLM strategies are skipped with the reason on their step and
-            the others make the view fit. None removes the cap.
+            two user messages in ``project`` (a ``recover_overflow`` counts but
+            is never refused); past it the LLM strategies are skipped with the
+            reason on their step and the others make the view fit. None
+            removes the cap.
     """
 
     def __init__(

@@ -7,6 +7,8 @@ lists and failed commands a checkpoint carries are kept, where a bare
 truncation would drop them. Its view is not committed by default (the name
 ``summary_digest`` is not in ``commit_strategies``): the caller's transcript
 keeps the originals, so the next request's model summary is written from them.
+When the digest's checkpoint leaves the protected tail too little room for
+the view to fit, the call runs the pipeline without it (a bare truncation).
 """
 
 from __future__ import annotations

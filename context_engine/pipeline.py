@@ -19,6 +19,7 @@ import attrs
 from context_engine._aio import call_hook
 from context_engine.events import RewriteStep, SummaryInfo
 from context_engine.messages import Message
+from context_engine.request_cap import CAP_REACHED
 from context_engine.strategies.base import (
     Budget,
     ForceCompactionStrategy,
@@ -31,10 +32,26 @@ from context_engine.telemetry import current_telemetry, set_attributes
 if TYPE_CHECKING:
     from context_engine.call import Call
 
-__all__ = ["BREAKER_OPEN", "Outcome", "run_forced", "run_pipeline", "run_unarchived"]
+__all__ = [
+    "BREAKER_OPEN",
+    "Outcome",
+    "is_deliberate_skip",
+    "run_forced",
+    "run_pipeline",
+    "run_unarchived",
+]
 
 BREAKER_OPEN = "circuit breaker open"
 """The error recorded on the step of an LLM strategy the open breaker skipped."""
+
+
+def is_deliberate_skip(error: str | None) -> bool:
+    """Whether a step's error says the engine chose not to run it (not a failure).
+
+    The open breaker and the per-request cap record why an LLM strategy was
+    left out; a report counting failures leaves those out.
+    """
+    return error is not None and (error == BREAKER_OPEN or error.startswith(CAP_REACHED))
 
 
 @attrs.frozen

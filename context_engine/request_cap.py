@@ -19,16 +19,27 @@ import attrs
 from context_engine._validate import check_int
 from context_engine.messages import Message
 
-__all__ = ["DEFAULT_MAX_LLM_REWRITES", "RequestCap", "cap_reached", "checked_cap", "newest_user"]
+__all__ = [
+    "CAP_REACHED",
+    "DEFAULT_MAX_LLM_REWRITES",
+    "RequestCap",
+    "cap_reached",
+    "checked_cap",
+    "newest_user",
+]
 
 DEFAULT_MAX_LLM_REWRITES = 3
 """LLM rewrites allowed between two user messages (seed 001's reactive limit)."""
 
 
+CAP_REACHED = "per-request cap reached"
+"""How the error on the step of an LLM strategy the cap skipped begins."""
+
+
 def cap_reached(limit: int) -> str:
     """The error recorded on the step of an LLM strategy the cap skipped."""
     return (
-        f"per-request cap reached: {limit} LLM rewrites since the last user message "
+        f"{CAP_REACHED}: {limit} LLM rewrites since the last user message "
         "(max_llm_rewrites_per_request)"
     )
 

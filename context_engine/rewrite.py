@@ -45,7 +45,12 @@ async def rewrite(
         if extended is not None:
             return extended
         if call.capped:  # the request had its LLM rewrites: the checkpoint is extracted
-            strategies = tuple(past_cap_strategies(strategies))
+            digested = await run_pipeline(
+                call, past_cap_strategies(strategies), call.transcript, budget, on_strategy
+            )
+            if digested.tokens <= call.threshold:
+                return digested
+            # The digest's checkpoint left the protected tail no room: the plain cut fits.
         return await run_pipeline(call, strategies, call.transcript, budget, on_strategy)
     forced = await run_forced(call, strategies, budget, on_strategy, instructions)
     if forced.tokens <= call.threshold or (

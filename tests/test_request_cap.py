@@ -10,6 +10,7 @@ from context_engine import ConfigurationError, ContextSummary, Message, ToolCall
 from context_engine.engine import ContextEngine
 from context_engine.invariants import check_view
 from context_engine.past_cap import DIGEST_NAME
+from context_engine.pipeline import is_deliberate_skip
 from context_engine.request_cap import RequestCap, cap_reached
 from context_engine.strategies import FullSummary, HardTruncate
 from context_engine.testing import FixedTokenCounter, RecordingSummarizer
@@ -71,18 +72,18 @@ async def test_a_new_user_message_resets_the_count() -> None:
     assert again.strategy == "full_summary"
 
 
-async def test_recovery_counts_and_respects_the_cap() -> None:
+async def test_recovery_is_counted_but_never_refused() -> None:
     checkpointer = Checkpointer()
     engine = capped_engine(checkpointer, max_llm_rewrites_per_request=1)
     messages = grown(agent_session(20, result_chars=400), 0)
     await engine.recover_overflow(messages, "prompt is too long")
     assert checkpointer.calls == 1
-    capped = await engine.recover_overflow(grown(messages, 1), "prompt is too long")
-    assert checkpointer.calls == 1
-    assert capped.usage.tokens <= engine.threshold
-    assert capped.commit is not None  # the deterministic digest still folds the cut
-    assert capped.event is not None
-    assert cap_reached(1) in [s.error for s in capped.event.steps]
+    again = await engine.recover_overflow(grown(messages, 1), "prompt is too long")
+    assert checkpointer.calls == 2
+    assert again.commit is not None
+    capped = await engine.project(grown(messages, 2))
+    assert checkpointer.calls == 2
+    assert capped.strategy == "hard_truncate"
 
 
 async def test_manual_compact_is_neither_capped_nor_counted() -> None:
@@ -144,3 +145,12 @@ async def test_past_the_cap_the_summary_checkpoint_is_extracted_without_a_model(
     assert capped.commit is None  # the transcript keeps the originals for the next model summary
     assert isinstance(capped.messages[1], ContextSummary)
     assert check_view(messages, capped.messages) == []
+
+
+@pytest.mark.parametrize(
+    ("error", "deliberate"),
+    [(cap_reached(3), True), ("circuit breaker open", True), ("RuntimeError: down", False)],
+    ids=["cap", "breaker", "failure"],
+)
+def test_reports_tell_a_cap_skip_from_a_failure(error: str, deliberate: bool) -> None:
+    assert is_deliberate_skip(error) is deliberate

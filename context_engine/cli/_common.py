@@ -13,6 +13,7 @@ from context_engine.strategies import (
     FullSummary,
     HardTruncate,
     LightTrim,
+    MicroSummary,
     Strategy,
     ToolResultMicrocompact,
 )
@@ -44,6 +45,8 @@ STRATEGY_NAMES: Mapping[str, str] = {
     "microcompact": "tool_result_microcompact",
     "tool_result_microcompact": "tool_result_microcompact",
     "light_trim": "light_trim",
+    "micro": "micro_summary",
+    "micro_summary": "micro_summary",
     "summary": "full_summary",
     "full_summary": "full_summary",
     "hard_truncate": "hard_truncate",
@@ -181,7 +184,7 @@ def build_strategies(names: Sequence[str], summarizer: Summarizer | None) -> lis
     """Strategy objects with their default settings for the names `parse_strategies` returned.
 
     Raises:
-        CliError: ``full_summary`` is asked for without a summarizer.
+        CliError: ``full_summary`` or ``micro_summary`` is asked for without a summarizer.
     """
     strategies: list[Strategy] = []
     for name in names:
@@ -189,10 +192,11 @@ def build_strategies(names: Sequence[str], summarizer: Summarizer | None) -> lis
             strategies.append(ToolResultMicrocompact())
         elif name == "light_trim":
             strategies.append(LightTrim())
-        elif name == "full_summary":
+        elif name in ("full_summary", "micro_summary"):
             if summarizer is None:
-                raise CliError("the summary strategy needs a summarizer (--summarizer)")
-            strategies.append(FullSummary(summarizer=summarizer, redactor=Redactor()))
+                raise CliError("the summary strategies need a summarizer (--summarizer)")
+            kind = FullSummary if name == "full_summary" else MicroSummary
+            strategies.append(kind(summarizer=summarizer, redactor=Redactor()))
         elif name == "hard_truncate":
             strategies.append(HardTruncate())
     return strategies
