@@ -150,7 +150,7 @@ bench-peers: $(BENCH_STAMP)
 bench-peers-quick: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python benchmarks/peers.py --quick
 
-# Session economics on the dev corpus (32k and 128k windows) against the peers' defaults.
+# Session economics on the dev corpus (8k, 32k and 128k windows) against the peers' defaults.
 bench-economics: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python benchmarks/economics.py
 

@@ -1,7 +1,7 @@
 """Session economics: what a whole agent session costs, per way of managing its context.
 
 Every corpus transcript is replayed one LLM call per assistant message (the
-call that produced it), at a 32k and a 128k window, by four contenders:
+call that produced it), at an 8k, a 32k and a 128k window, by four contenders:
 
 * ``context_engine``: the default pipeline (microcompact, light trim, full
   summary with the deterministic `ExtractiveSummarizer`, hard truncate) driven
@@ -56,7 +56,7 @@ CORPUS = REPO.parent / "shared" / "corpus" / "dev"  # the discovery of tests/con
 DOCS = REPO / "docs" / "benchmarks.md"
 SVG = REPO / "docs" / "img" / "economics.svg"
 RESULTS = REPO / "benchmarks" / "results"
-WINDOWS = {"quick": (32_000,), "full": (32_000, 128_000)}
+WINDOWS = {"quick": (32_000,), "full": (8_000, 32_000, 128_000)}
 QUICK_TRANSCRIPTS = 3  # the largest files of the corpus
 ENGINE_STRATEGIES = ("tool_result_microcompact", "light_trim", "full_summary", "hard_truncate")
 LANGCHAIN_TRIGGER: tuple[Literal["fraction"], float] = ("fraction", 0.8)  # its docstring example

@@ -14,7 +14,8 @@ from context_engine.errors import ConfigurationError
 from context_engine.native.hook import is_native
 from context_engine.pricing import CachePricing, pricing_for
 from context_engine.reasoning import ReasoningPolicy, checked_reasoning_policy
-from context_engine.strategies.base import Strategy
+from context_engine.request_cap import DEFAULT_MAX_LLM_REWRITES, checked_cap
+from context_engine.strategies.base import Strategy, proactive_trigger
 from context_engine.summarize.pinned import Pinned, pinned_setting
 from context_engine.tokens import TokenCounter
 
@@ -150,10 +151,14 @@ class Settings:
     pinned: Pinned | None = None
     reasoning: ReasoningPolicy = "drop"
     pricing: CachePricing | None = None
+    max_llm_rewrites: int | None = DEFAULT_MAX_LLM_REWRITES
+    """LLM rewrites allowed between two user messages (None: no cap)."""
     reserve_tokens: int = attrs.field(init=False)
     threshold: int = attrs.field(init=False)
     native: tuple[Strategy, ...] = attrs.field(init=False)
     """The strategies that ask the provider to edit or compact (`context_engine.native`)."""
+    proactive_at: int | None = attrs.field(init=False)
+    """Tokens from which a `ProactiveStrategy` runs below the threshold, or None."""
 
     @reserve_tokens.default
     def _reserve_tokens(self) -> int:
@@ -166,6 +171,11 @@ class Settings:
     @native.default
     def _native(self) -> tuple[Strategy, ...]:
         return tuple(s for s in self.strategies if is_native(s))
+
+    @proactive_at.default
+    def _proactive_at(self) -> int | None:
+        trigger = proactive_trigger(self.strategies, self.window)
+        return trigger if trigger is not None and trigger < self.threshold else None
 
     @property
     def archiving(self) -> bool:
@@ -186,6 +196,7 @@ def checked_settings(
     pinned: object = None,
     reasoning: object = "drop",
     pricing: object = None,
+    max_llm_rewrites_per_request: object = DEFAULT_MAX_LLM_REWRITES,
 ) -> Settings:
     """The constructor's settings, each checked (a `ConfigurationError` names the first bad one)."""
     window = positive_window(context_window)
@@ -207,6 +218,7 @@ def checked_settings(
         pinned=pinned_setting(pinned),
         reasoning=checked_reasoning_policy(reasoning),
         pricing=None if pricing is None else pricing_for(pricing),
+        max_llm_rewrites=checked_cap(max_llm_rewrites_per_request),
     )
     warn_if_no_room(settings.window, settings.reserve_tokens)
     return settings

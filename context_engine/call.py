@@ -29,6 +29,7 @@ from context_engine.messages import Message
 from context_engine.meter import Meter
 from context_engine.native.hook import request_options_for
 from context_engine.pipeline import BREAKER_OPEN, Outcome
+from context_engine.request_cap import cap_reached
 from context_engine.results import CompactResult, Projection, RecoveryResult
 from context_engine.session import Remembered, Session
 from context_engine.strategies.base import Budget, Strategy
@@ -81,8 +82,9 @@ class Call:
         llm_blocked: Why LLM strategies may not run: None when they may, ``""``
             when they are left out silently (the transcript has not grown since
             they last failed to fit it), or the reason recorded on their steps
-            (the breaker is open). They are also left out when the floor of the
-            view they would get is above the threshold (`Outcome.floor`).
+            (the breaker is open, or the per-request cap is reached). They are
+            also left out when the floor of the view they would get is above
+            the threshold (`Outcome.floor`).
         failures: The breaker's count when the call started.
         settings: The engine's settings when the call started.
         meter: The engine's meter (estimates and floors of views).
@@ -140,6 +142,22 @@ class Call:
         """
         return self.meter.view_floor(view, tokens, self.threshold, self.settings.max_user_share)
 
+    @property
+    def tier_due(self) -> bool:
+        """A `project` at or above a proactive trigger but within the threshold."""
+        trigger = self.settings.proactive_at
+        return (
+            self.operation == "project"
+            and trigger is not None
+            and trigger <= self.estimate.tokens <= self.threshold
+        )
+
+    @property
+    def capped(self) -> bool:
+        """The per-request cap keeps the LLM strategies out of this call."""
+        limit = self.settings.max_llm_rewrites
+        return limit is not None and self.llm_blocked == cap_reached(limit)
+
     def llm_refusal(self, strategy: Strategy) -> str | None:
         """None when ``strategy`` may run; else why not (``""``: without a record)."""
         return self.llm_blocked if strategy.uses_llm else None
@@ -163,7 +181,8 @@ def open_call(
 
     A recovery aims below the size the provider rejected; a `project` leaves
     the LLM strategies out while the breaker is open, or silently while the
-    transcript has not grown since they last failed to fit it.
+    transcript has not grown since they last failed to fit it, and once the
+    current request has had its ``max_llm_rewrites_per_request`` (`RequestCap`).
     """
     estimate = meter.estimate(transcript, session.seen())
     if assembly is not None and assembly.tokens:  # the provider blocks are overhead of this call
@@ -192,6 +211,10 @@ def open_call(
         if last is not None and last.input == transcript:  # the prompt it rejected
             rejected = min(rejected, last.estimate.tokens)
         threshold = recovery_target(rejected, settings.window, threshold, error)
+    proactive = settings.proactive_at is not None and estimate.tokens >= settings.proactive_at
+    if blocked is None and operation == "project" and (estimate.tokens > threshold or proactive):
+        # The per-request cap; a recovery is counted but never capped (its view must fit).
+        blocked = session.requests.refusal(transcript, settings.max_llm_rewrites)
     return Call(
         operation=operation,
         reason=reason,
@@ -315,8 +338,10 @@ def _commit(call: Call, outcome: Outcome) -> tuple[Message, ...] | None:
 
 
 def _settle_breaker(call: Call, outcome: Outcome, desk: Desk, futile: bool) -> None:
-    """Count the call once on the breaker, and note a stall of the LLM strategies."""
+    """Count the call once on the breaker and its LLM rewrites on the request; note a stall."""
     session, breaker = desk.session, desk.session.breaker
+    if call.operation != "compact" and not outcome.reused:
+        session.requests.record(call.transcript, outcome.llm_rewrites)
     if call.operation == "project":
         if outcome.llm_failed:
             if breaker.record_failure():

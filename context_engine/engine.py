@@ -33,6 +33,13 @@ from context_engine.archive.base import Archive
 from context_engine.assembly.assembler import Assembler, assembler_of
 from context_engine.assembly.provider import ContextProvider
 from context_engine.assembly.transform import Transform
+from context_engine.boundary import (
+    DEFAULT_MIN_MESSAGES,
+    DEFAULT_TRIGGER_TOKENS,
+    boundary_due,
+    bracketed,
+    checked_boundary,
+)
 from context_engine.breaker import BreakerState, CircuitBreaker
 from context_engine.call import Desk, Hooks, Operation, finish, mark_span, open_call
 from context_engine.events import ContextUsage, Snapshot
@@ -42,6 +49,7 @@ from context_engine.overflow import warn_unless_overflow
 from context_engine.pricing import CachePricing
 from context_engine.reasoning import ReasoningPolicy
 from context_engine.redact import Redactor
+from context_engine.request_cap import DEFAULT_MAX_LLM_REWRITES
 from context_engine.results import CompactResult, Projection, RecoveryResult
 from context_engine.rewrite import keep, rewrite, settle
 from context_engine.session import Session
@@ -106,6 +114,11 @@ class ContextEngine:
         pricing: A provider family's cache rules and prices (a `CachePricing`
             or a `CACHE_PRICING` name such as ``"anthropic"``): usage then
             carries the call's cache estimate and rewrite events their cost.
+        max_llm_rewrites_per_request: LLM rewrites (summaries) allowed between
+            two user messages in ``project`` (a ``recover_overflow`` counts but
+            is never refused); past it the LLM strategies are skipped with the
+            reason on their step and the others make the view fit. None
+            removes the cap.
     """
 
     def __init__(
@@ -114,7 +127,7 @@ class ContextEngine:
         strategies: Iterable[Strategy] = (),
         *,
         reserve_tokens: int | None = None,
-        commit_strategies: Iterable[str] = ("full_summary",),
+        commit_strategies: Iterable[str] = ("full_summary", "micro_summary"),
         max_consecutive_failures: int = 3,
         breaker_cooldown_calls: int = 1,
         breaker_cooldown_seconds: float = 0.0,
@@ -136,6 +149,7 @@ class ContextEngine:
         pinned: Pinned | PinnedSource | None = None,
         reasoning: ReasoningPolicy = "drop",
         pricing: CachePricing | str | None = None,
+        max_llm_rewrites_per_request: int | None = DEFAULT_MAX_LLM_REWRITES,
     ) -> None:
         self._settings: Settings = checked_settings(
             context_window=context_window,
@@ -149,6 +163,7 @@ class ContextEngine:
             pinned=pinned,
             reasoning=reasoning,
             pricing=pricing,
+            max_llm_rewrites_per_request=max_llm_rewrites_per_request,
         )
         breaker = checked_breaker(
             max_consecutive_failures, breaker_cooldown_calls, breaker_cooldown_seconds
@@ -367,7 +382,9 @@ class ContextEngine:
                 extra.get("error"),
                 assembly,
             )
-            if operation == "project" and call.fits:  # the common case: nothing to rewrite
+            if extra.get("boundary"):  # compact_if_needed: a /compact that reports its own reason
+                call = attrs.evolve(call, reason="request_boundary")
+            if operation == "project" and call.fits and not call.tier_due:  # nothing to rewrite
                 outcome = call.unchanged()
             else:
                 changed = await rewrite(call, session, self.on_strategy, extra.get("instructions"))
@@ -409,6 +426,40 @@ class ContextEngine:
         """
         result: CompactResult = await self._run("compact", messages, instructions=instructions)
         return result
+
+    async def compact_if_needed(
+        self,
+        messages: Sequence[Message],
+        trigger_tokens: int = DEFAULT_TRIGGER_TOKENS,
+        min_messages: int = DEFAULT_MIN_MESSAGES,
+        *,
+        on_start: Callable[[int], Any] | None = None,
+        on_end: Callable[[CompactResult | None], Any] | None = None,
+    ) -> CompactResult | None:
+        """Compact a stored session at the start of a request, when it is long enough.
+
+        Above ``trigger_tokens`` and with at least ``min_messages`` messages,
+        the force-capable strategies write one checkpoint (the summarizer is
+        told ``request_boundary``), what it replaced is archived, and
+        ``on_compact`` fires with reason ``request_boundary``; ``on_start``
+        (with the history's tokens) and ``on_end`` (with the result, or None
+        on failure) bracket it so a server can emit its own events. Persist
+        ``commit`` of the result. None when below the trigger or under
+        ``min_messages`` (no hook fires).
+
+        Raises:
+            InvalidMessageError: ``messages`` is not a sequence of `Message`.
+            ConfigurationError: ``trigger_tokens`` or ``min_messages`` is not an int >= 0.
+            CompactionError: no checkpoint could be written (as `compact`).
+        """
+        trigger_tokens, min_messages = checked_boundary(trigger_tokens, min_messages)
+        transcript = as_transcript(messages, self._meter.checked_prefix)
+        tokens = self.estimate(transcript).tokens
+        if not boundary_due(tokens, len(transcript), trigger_tokens, min_messages):
+            return None
+        return await bracketed(
+            tokens, lambda: self._run("compact", transcript, boundary=True), on_start, on_end
+        )
 
     async def recover_overflow(
         self, messages: Sequence[Message], error: BaseException | str | None = None
@@ -466,6 +517,24 @@ class ContextEngine:
         """Blocking `compact`; raises `BlockingCallInEventLoopError` inside a running loop."""
         result: CompactResult = run_blocking(
             lambda: self.compact(messages, instructions), "compact"
+        )
+        return result
+
+    def compact_if_needed_sync(
+        self,
+        messages: Sequence[Message],
+        trigger_tokens: int = DEFAULT_TRIGGER_TOKENS,
+        min_messages: int = DEFAULT_MIN_MESSAGES,
+        *,
+        on_start: Callable[[int], Any] | None = None,
+        on_end: Callable[[CompactResult | None], Any] | None = None,
+    ) -> CompactResult | None:
+        """Blocking `compact_if_needed`; raises `BlockingCallInEventLoopError` in a running loop."""
+        result: CompactResult | None = run_blocking(
+            lambda: self.compact_if_needed(
+                messages, trigger_tokens, min_messages, on_start=on_start, on_end=on_end
+            ),
+            "compact_if_needed",
         )
         return result
 

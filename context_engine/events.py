@@ -21,7 +21,9 @@ __all__ = [
     "SummaryInfo",
 ]
 
-RewriteReason: TypeAlias = Literal["threshold", "manual", "overflow", "circuit_breaker"]
+RewriteReason: TypeAlias = Literal[
+    "threshold", "manual", "overflow", "circuit_breaker", "request_boundary"
+]
 Scope: TypeAlias = Literal["baseline", "projected", "committed", "recovered", "skipped"]
 
 
@@ -99,7 +101,8 @@ class RewriteEvent:
     """A rewrite of the view, or a decision not to rewrite that callers must see.
 
     Attributes:
-        reason: ``threshold``, ``manual``, ``overflow`` or ``circuit_breaker``.
+        reason: ``threshold``, ``manual``, ``overflow``, ``circuit_breaker`` or
+            ``request_boundary`` (`ContextEngine.compact_if_needed`).
         strategy: The last strategy that applied (or ``circuit_breaker``).
         changed: Whether the view differs from the input.
         committed: Whether the caller should replace its transcript with the view.

@@ -19,6 +19,7 @@ import attrs
 from context_engine._aio import call_hook
 from context_engine.events import RewriteStep, SummaryInfo
 from context_engine.messages import Message
+from context_engine.request_cap import CAP_REACHED
 from context_engine.strategies.base import (
     Budget,
     ForceCompactionStrategy,
@@ -31,10 +32,26 @@ from context_engine.telemetry import current_telemetry, set_attributes
 if TYPE_CHECKING:
     from context_engine.call import Call
 
-__all__ = ["BREAKER_OPEN", "Outcome", "run_forced", "run_pipeline", "run_unarchived"]
+__all__ = [
+    "BREAKER_OPEN",
+    "Outcome",
+    "is_deliberate_skip",
+    "run_forced",
+    "run_pipeline",
+    "run_unarchived",
+]
 
 BREAKER_OPEN = "circuit breaker open"
 """The error recorded on the step of an LLM strategy the open breaker skipped."""
+
+
+def is_deliberate_skip(error: str | None) -> bool:
+    """Whether a step's error says the engine chose not to run it (not a failure).
+
+    The open breaker and the per-request cap record why an LLM strategy was
+    left out; a report counting failures leaves those out.
+    """
+    return error is not None and (error == BREAKER_OPEN or error.startswith(CAP_REACHED))
 
 
 @attrs.frozen
@@ -54,6 +71,8 @@ class Outcome:
     """An LLM strategy raised during the run (the breaker counts it once)."""
     llm_applied: bool = False
     """An LLM strategy rewrote the view (a success for the breaker)."""
+    llm_rewrites: int = 0
+    """How many LLM strategies rewrote the view (what the per-request cap counts)."""
     forced_failed: str | None = None
     """`run_forced` found no strategy that applied and this one raised."""
     unarchived: str | None = None
@@ -109,6 +128,7 @@ class Outcome:
             views=self.views + other.views,
             llm_failed=self.llm_failed or other.llm_failed,
             llm_applied=self.llm_applied or other.llm_applied,
+            llm_rewrites=self.llm_rewrites + other.llm_rewrites,
             forced_failed=self.forced_failed or other.forced_failed,
             unarchived=self.unarchived or other.unarchived,
             floor=other.floor if other.floor is not None else self.floor,
@@ -127,6 +147,7 @@ class _Run:
     views: list[tuple[Message, ...]] = attrs.field(factory=list)
     llm_failed: bool = False
     llm_applied: bool = False
+    llm_rewrites: int = 0
     floor: int | None = None
 
     def outcome(self) -> Outcome:
@@ -140,6 +161,7 @@ class _Run:
             views=tuple(self.views),
             llm_failed=self.llm_failed,
             llm_applied=self.llm_applied,
+            llm_rewrites=self.llm_rewrites,
             floor=self.floor,
         )
 
@@ -209,6 +231,7 @@ class _Run:
             self.budget = self.budget.with_tokens(after)
             self.applied.append(name)
             self.llm_applied = self.llm_applied or strategy.uses_llm
+            self.llm_rewrites += strategy.uses_llm
             self.views.append(self.view)
             self.removed.extend(result.removed)
             if result.info is not None:

@@ -18,11 +18,13 @@ import attrs
 from context_engine._originals import keep_within
 from context_engine.call import Call
 from context_engine.formats.breakpoints import keep_breakpoints
+from context_engine.past_cap import past_cap_strategies
 from context_engine.pipeline import Outcome, run_forced, run_pipeline, run_unarchived
 from context_engine.reasoning import drop_unbound_reasoning
 from context_engine.recovery import recovery_strategies
 from context_engine.session import Session
 from context_engine.strategies.base import Budget
+from context_engine.tiers import run_tier
 
 __all__ = ["keep", "rewrite", "settle", "unbind_reasoning"]
 
@@ -38,9 +40,19 @@ async def rewrite(
     """Run the strategies ``call`` needs; the view fits whenever the floor does."""
     strategies, budget = call.settings.strategies, call.budget()
     if call.operation == "project":
+        if call.tier_due:  # below the threshold, above a proactive trigger: one early summary
+            assert call.settings.proactive_at is not None
+            return await run_tier(call, strategies, budget, call.settings.proactive_at, on_strategy)
         extended = _extended(call, session, budget)
         if extended is not None:
             return extended
+        if call.capped:  # the request had its LLM rewrites: the checkpoint is extracted
+            digested = await run_pipeline(
+                call, past_cap_strategies(strategies), call.transcript, budget, on_strategy
+            )
+            if digested.tokens <= call.threshold:
+                return digested
+            # The digest's checkpoint left the protected tail no room: the plain cut fits.
         return await run_pipeline(call, strategies, call.transcript, budget, on_strategy)
     forced = await run_forced(call, strategies, budget, on_strategy, instructions)
     if forced.tokens <= call.threshold or (

@@ -9,6 +9,7 @@ from context_engine.events import ContextUsage, Scope
 from context_engine.messages import Message
 from context_engine.meter import Meter, Seen, starts_with
 from context_engine.pipeline import Outcome
+from context_engine.request_cap import RequestCap
 from context_engine.tokens import UsageEstimate
 
 __all__ = ["Remembered", "Session"]
@@ -64,11 +65,13 @@ class Session:
         last: The last active view, or None before the first call (and after `reset`).
         stalled_at: The transcript's estimate when LLM strategies last ran and the
             view still did not fit; they run again only after real growth.
+        requests: The LLM rewrites of the current request (the per-request cap).
     """
 
     breaker: CircuitBreaker
     last: Remembered | None = None
     stalled_at: int | None = None
+    requests: RequestCap = attrs.Factory(RequestCap)
 
     def seen(self) -> Seen | None:
         """The last call's input and view, for the meter."""

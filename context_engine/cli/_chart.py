@@ -14,7 +14,9 @@ STRATEGY_COLOURS = {
     "tool_result_microcompact": "#56B4E9",
     "light_trim": "#009E73",
     "session_memory": "#CC79A7",
+    "micro_summary": "#F0E442",
     "full_summary": "#E69F00",
+    "summary_digest": "#8C6D1F",
     "hard_truncate": "#D55E00",
     "circuit_breaker": "#000000",
 }

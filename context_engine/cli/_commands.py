@@ -86,7 +86,8 @@ def _replay(
     tools: tuple[Mapping[str, Any], ...] = (),
 ) -> ReplayReport:
     providers = [_context_file(path) for path in getattr(args, "context", [])]
-    summarizer = build_summarizer(summarizer_spec) if "full_summary" in strategies else None
+    summarizing = "full_summary" in strategies or "micro_summary" in strategies
+    summarizer = build_summarizer(summarizer_spec) if summarizing else None
     overhead = measure_overhead(tools, getattr(args, "overhead", 0), resolve_counter(args.encoding))
     calls = sum(1 for i, m in enumerate(messages) if i and m.role == "assistant")
     with out.progress(calls, "replaying") as bar:

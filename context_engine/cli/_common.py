@@ -14,6 +14,7 @@ from context_engine.strategies import (
     FullSummary,
     HardTruncate,
     LightTrim,
+    MicroSummary,
     Strategy,
     ToolResultMicrocompact,
 )
@@ -45,6 +46,8 @@ STRATEGY_NAMES: Mapping[str, str] = {
     "microcompact": "tool_result_microcompact",
     "tool_result_microcompact": "tool_result_microcompact",
     "light_trim": "light_trim",
+    "micro": "micro_summary",
+    "micro_summary": "micro_summary",
     "summary": "full_summary",
     "full_summary": "full_summary",
     "hard_truncate": "hard_truncate",
@@ -203,7 +206,7 @@ def build_strategies(
     ``keep_recent_tokens`` (``--keep-tail``) goes to `FullSummary`; None keeps its default.
 
     Raises:
-        CliError: ``full_summary`` is asked for without a summarizer.
+        CliError: ``full_summary`` or ``micro_summary`` is asked for without a summarizer.
     """
     strategies: list[Strategy] = []
     for name in names:
@@ -211,16 +214,19 @@ def build_strategies(
             strategies.append(ToolResultMicrocompact())
         elif name == "light_trim":
             strategies.append(LightTrim())
-        elif name == "full_summary":
+        elif name in ("full_summary", "micro_summary"):
             if summarizer is None:
-                raise CliError("the summary strategy needs a summarizer (--summarizer)")
-            strategies.append(
-                FullSummary(
-                    summarizer=summarizer,
-                    redactor=Redactor(),
-                    keep_recent_tokens=keep_recent_tokens,
+                raise CliError("the summary strategies need a summarizer (--summarizer)")
+            if name == "full_summary":
+                strategies.append(
+                    FullSummary(
+                        summarizer=summarizer,
+                        redactor=Redactor(),
+                        keep_recent_tokens=keep_recent_tokens,
+                    )
                 )
-            )
+            else:
+                strategies.append(MicroSummary(summarizer=summarizer, redactor=Redactor()))
         elif name == "hard_truncate":
             strategies.append(HardTruncate())
     return strategies

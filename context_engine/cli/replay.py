@@ -26,7 +26,7 @@ from context_engine.engine import ContextEngine
 from context_engine.events import RewriteEvent
 from context_engine.invariants import check_view
 from context_engine.messages import Message
-from context_engine.pipeline import BREAKER_OPEN
+from context_engine.pipeline import is_deliberate_skip
 from context_engine.summarize.request import Summarizer
 from context_engine.tokens import DEFAULT_ENCODING, TokenCounter, estimate_from_counts
 
@@ -295,10 +295,10 @@ class _Run:
     def _note_failures(self, where: str, event: RewriteEvent | None) -> None:
         """Count a call whose strategies failed (the view still fits: the engine went on)."""
         failed = [step for step in event.steps if step.error] if event is not None else []
-        if any(step.error != BREAKER_OPEN for step in failed):
+        if not all(is_deliberate_skip(step.error) for step in failed):
             self.failures += 1
             for step in failed:
-                if step.error != BREAKER_OPEN:
+                if not is_deliberate_skip(step.error):
                     self.problems.append(f"{where}: strategy {step.name!r} failed: {step.error}")
 
     def _verify(self, where: str, given: tuple[Message, ...], view: Sequence[Message]) -> None:

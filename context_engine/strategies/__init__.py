@@ -3,12 +3,14 @@
 from context_engine.strategies.base import (
     Budget,
     ForceCompactionStrategy,
+    ProactiveStrategy,
     Removal,
     Strategy,
     StrategyResult,
 )
 from context_engine.strategies.hard_truncate import HardTruncate
 from context_engine.strategies.light_trim import LightTrim
+from context_engine.strategies.micro_summary import MicroSummary
 from context_engine.strategies.microcompact import ToolResultMicrocompact
 from context_engine.strategies.session_memory import SessionMemory
 from context_engine.strategies.summary import FullSummary, PostSummaryHook
@@ -20,7 +22,9 @@ __all__ = [
     "FullSummary",
     "HardTruncate",
     "LightTrim",
+    "MicroSummary",
     "PostSummaryHook",
+    "ProactiveStrategy",
     "Removal",
     "SessionMemory",
     "Strategy",

@@ -24,9 +24,11 @@ from context_engine.tokens import TokenCounter
 __all__ = [
     "Budget",
     "ForceCompactionStrategy",
+    "ProactiveStrategy",
     "Removal",
     "Strategy",
     "StrategyResult",
+    "proactive_trigger",
 ]
 
 
@@ -43,7 +45,8 @@ class Budget:
             usage anchors and fixed overhead included).
         overhead_tokens: Fixed prompt parts (tool schemas) sent with every call.
         reason: Why the pipeline runs: ``threshold`` (``project``), ``manual``
-            (``compact``) or ``overflow`` (``recover_overflow``).
+            (``compact``), ``overflow`` (``recover_overflow``) or
+            ``request_boundary`` (``compact_if_needed``).
         archiving: The engine keeps every original in an archive: placeholders,
             markers and checkpoints must name the references of what they replace.
         archive_down: The engine keeps an archive but it did not take this
@@ -61,7 +64,7 @@ class Budget:
     counter: TokenCounter = attrs.field(eq=False, repr=False)
     measure: Callable[[Sequence[Message]], int] = attrs.field(eq=False, repr=False)
     overhead_tokens: int = 0
-    reason: Literal["threshold", "manual", "overflow"] = "threshold"
+    reason: Literal["threshold", "manual", "overflow", "request_boundary"] = "threshold"
     archiving: bool = False
     archive_down: bool = False
     max_user_share: float | None = 0.5
@@ -206,3 +209,26 @@ class ForceCompactionStrategy(Strategy, Protocol):
     ) -> StrategyResult:
         """Compact on demand; ``instructions`` steer what the checkpoint keeps."""
         ...
+
+
+@runtime_checkable
+class ProactiveStrategy(Strategy, Protocol):
+    """A strategy the engine also runs below the threshold, from its own trigger.
+
+    `MicroSummary` is one: from ``trigger_tokens(window)`` up to the threshold
+    the engine runs the LLM strategies alone, against a budget whose
+    threshold is that trigger, and stops at the first that applies (one
+    summary per call). Above the threshold the strategy runs in the pipeline
+    like any other. ``trigger_tokens`` MUST be pure and cheap: the engine
+    reads it once per configuration.
+    """
+
+    def trigger_tokens(self, window: int) -> int:
+        """Tokens of the view from which the engine runs this strategy below the threshold."""
+        ...
+
+
+def proactive_trigger(strategies: Sequence[Strategy], window: int) -> int | None:
+    """The lowest trigger of the `ProactiveStrategy`s in ``strategies``, or None."""
+    triggers = [s.trigger_tokens(window) for s in strategies if isinstance(s, ProactiveStrategy)]
+    return min(triggers) if triggers else None

@@ -41,9 +41,10 @@ from context_engine.summarize.log import (
 from context_engine.summarize.memo import SummaryMemo
 from context_engine.summarize.originals import restore_originals
 from context_engine.summarize.prompts import DEFAULT_PROMPTS, SummaryPrompts
+from context_engine.summarize.rate import deepened
 from context_engine.summarize.reattach import reattach
 from context_engine.summarize.rehydrate import Rehydration
-from context_engine.summarize.request import Summarizer
+from context_engine.summarize.request import Summarizer, summary_reason
 from context_engine.summarize.reuse import collect_cache_usage
 from context_engine.summarize.run import Deadline, SummaryCall, strip_images
 from context_engine.summarize.sections import join_prefix, split_prefix
@@ -191,6 +192,9 @@ class FullSummary:
             # On demand, compact something even when the history is shorter than the default.
             keep = min(keep, max(1, budget.tokens // 4))
         cut = find_cut_point(view, shape, budget.counter, keep)
+        if cut is not None and budget.reason == "threshold":
+            # A reactive checkpoint removes at least the minimum (`summarize.rate`).
+            cut = deepened(view, shape, budget.counter, cut, budget.threshold)
         # The caller's own keep_recent_tokens is kept to, even when the view will not fit.
         fits = self.keep_recent_tokens is None
         previous_index = leading_checkpoint(view, shape)
@@ -412,7 +416,7 @@ class FullSummary:
             max_summary_tokens=min(self.max_summary_tokens, max(256, window // 8)),
             max_tool_result_chars=self.max_tool_result_chars,
             timeout=self.timeout_seconds,
-            reason=budget.reason,
+            reason=summary_reason(budget.reason),
             instructions=instructions,
             memo=self._memo,
             deadline=Deadline(self.summary_timeout_seconds),

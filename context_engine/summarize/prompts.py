@@ -115,7 +115,7 @@ def build_request(
     kind: SummaryKind = "history",
     previous_summary: str | None = None,
     instructions: str | None = None,
-    reason: SummaryReason = "threshold",
+    reason: SummaryReason = "reactive_full",
     max_tokens: int = 4096,
     prompts: SummaryPrompts = DEFAULT_PROMPTS,
     max_tool_result_chars: int = 2000,

@@ -17,9 +17,17 @@ __all__ = [
     "SummaryReason",
     "SummaryRequest",
     "parse_summary_text",
+    "summary_reason",
 ]
 
-SummaryReason: TypeAlias = Literal["threshold", "manual", "overflow"]
+SummaryReason: TypeAlias = Literal[
+    "reactive_full", "reactive_micro", "request_boundary", "manual", "overflow"
+]
+"""Why the summary is written (seed 001's ``reason``): a caller may pick a cheaper model
+for ``reactive_micro``. ``reactive_full``: the view is above the threshold in ``project``;
+``reactive_micro``: the micro tier folds the oldest rounds; ``request_boundary``:
+`ContextEngine.compact_if_needed` at the start of a request; ``manual``: ``/compact``;
+``overflow``: the provider rejected the prompt as too long."""
 SummaryKind: TypeAlias = Literal["history", "turn_prefix", "condense"]
 
 
@@ -35,7 +43,7 @@ class SummaryRequest:
         previous_summary: The text being updated (the running checkpoint, or the
             earlier summary of the current request for ``turn_prefix``), or None.
         instructions: What the user asked the checkpoint to focus on (``/compact``), or None.
-        reason: ``threshold``, ``manual`` or ``overflow``.
+        reason: Why the summary is written (`SummaryReason`).
         kind: ``history`` (the checkpoint itself), ``turn_prefix`` (the short
             summary of the early part of a turn the cut fell inside) or
             ``condense`` (``previous_summary`` is too long for the checkpoint's
@@ -48,7 +56,7 @@ class SummaryRequest:
     prompt_messages: tuple[Message, ...]
     previous_summary: str | None = None
     instructions: str | None = None
-    reason: SummaryReason = "threshold"
+    reason: SummaryReason = "reactive_full"
     kind: SummaryKind = "history"
     max_tokens: int = 4096
     rebuild: Callable[[Sequence[Message]], SummaryRequest] | None = attrs.field(
@@ -68,6 +76,21 @@ class SummaryRequest:
                 "create it with context_engine.summarize.prompts.build_request"
             )
         return self.rebuild(messages)
+
+
+def summary_reason(pipeline_reason: str, *, micro: bool = False) -> SummaryReason:
+    """The `SummaryReason` of a summary written for a pipeline run with ``pipeline_reason``.
+
+    A ``threshold`` run is reactive: ``reactive_micro`` for the micro tier,
+    ``reactive_full`` otherwise; the other reasons are passed on as they are.
+    """
+    if pipeline_reason == "manual":
+        return "manual"
+    if pipeline_reason == "overflow":
+        return "overflow"
+    if pipeline_reason == "request_boundary":
+        return "request_boundary"
+    return "reactive_micro" if micro else "reactive_full"
 
 
 Summarizer: TypeAlias = Callable[[SummaryRequest], "str | Awaitable[str]"]

@@ -80,8 +80,9 @@ def test_a_missing_extra_names_the_package_to_install(monkeypatch: pytest.Monkey
         ),
         ("full_summary, tool_result_microcompact", ("full_summary", "tool_result_microcompact")),
         ("hard_truncate", ("hard_truncate",)),
+        ("micro,summary", ("micro_summary", "full_summary")),
     ],
-    ids=["short-names", "own-names-any-order", "one"],
+    ids=["short-names", "own-names-any-order", "one", "micro-tier"],
 )
 def test_strategy_lists_resolve_to_the_strategies_own_names(
     spec: str, names: tuple[str, ...]
@@ -91,8 +92,9 @@ def test_strategy_lists_resolve_to_the_strategies_own_names(
 
 
 def test_a_summary_without_a_summarizer_is_refused() -> None:
-    with pytest.raises(CliError, match="needs a summarizer"):
-        build_strategies(("full_summary",), None)
+    for name in ("full_summary", "micro_summary"):
+        with pytest.raises(CliError, match="need a summarizer"):
+            build_strategies((name,), None)
 
 
 async def test_counting_keeps_a_summarizer_sync_or_async() -> None:

@@ -16,6 +16,8 @@ from context_engine.strategies import (
     FullSummary,
     HardTruncate,
     LightTrim,
+    MicroSummary,
+    ProactiveStrategy,
     SessionMemory,
     Strategy,
     StrategyResult,
@@ -30,6 +32,7 @@ BUILT_INS: list[tuple[Callable[[], object], str, bool, bool]] = [
     (ToolResultMicrocompact, "tool_result_microcompact", False, False),
     (LightTrim, "light_trim", False, False),
     (lambda: SessionMemory(seed=lambda: "notes"), "session_memory", False, True),
+    (lambda: MicroSummary(summarizer=RecordingSummarizer()), "micro_summary", True, False),
     (lambda: FullSummary(summarizer=RecordingSummarizer()), "full_summary", True, True),
     (HardTruncate, "hard_truncate", False, False),
 ]
@@ -42,7 +45,7 @@ def test_every_exported_strategy_class_is_in_the_table() -> None:
         value
         for value in vars(exported).values()
         if inspect.isclass(value) and callable(getattr(value, "apply", None))
-    } - {Strategy, ForceCompactionStrategy}
+    } - {Strategy, ForceCompactionStrategy, ProactiveStrategy}
     built = {type(factory()) for factory, _, _, _ in BUILT_INS}
     assert classes == built
 
