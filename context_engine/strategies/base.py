@@ -215,20 +215,20 @@ class ForceCompactionStrategy(Strategy, Protocol):
 class ProactiveStrategy(Strategy, Protocol):
     """A strategy the engine also runs below the threshold, from its own trigger.
 
-    `MicroSummary` is one: from ``trigger_tokens(window)`` up to the threshold
+    `MicroSummary` is one: from ``proactive_tokens(window)`` up to the threshold
     the engine runs the LLM strategies alone, against a budget whose
     threshold is that trigger, and stops at the first that applies (one
     summary per call). Above the threshold the strategy runs in the pipeline
-    like any other. ``trigger_tokens`` MUST be pure and cheap: the engine
+    like any other. ``proactive_tokens`` MUST be pure and cheap: the engine
     reads it once per configuration.
     """
 
-    def trigger_tokens(self, window: int) -> int:
+    def proactive_tokens(self, window: int) -> int:
         """Tokens of the view from which the engine runs this strategy below the threshold."""
         ...
 
 
 def proactive_trigger(strategies: Sequence[Strategy], window: int) -> int | None:
     """The lowest trigger of the `ProactiveStrategy`s in ``strategies``, or None."""
-    triggers = [s.trigger_tokens(window) for s in strategies if isinstance(s, ProactiveStrategy)]
+    triggers = [s.proactive_tokens(window) for s in strategies if isinstance(s, ProactiveStrategy)]
     return min(triggers) if triggers else None

@@ -97,7 +97,7 @@ class MicroSummary:
             max_checkpoint_share=self.max_checkpoint_share,
         )
 
-    def trigger_tokens(self, window: int) -> int:
+    def proactive_tokens(self, window: int) -> int:
         """Tokens from which the engine runs this tier below the threshold."""
         return int(self.micro_trigger * window)
 
