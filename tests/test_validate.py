@@ -30,7 +30,13 @@ from context_engine.archive.sqlite import SQLiteArchive
 from context_engine.assembly import BudgetProfile, Item
 from context_engine.breaker import CircuitBreaker
 from context_engine.pricing import CACHE_PRICING
-from context_engine.strategies import FullSummary, LightTrim, ToolResultCap, ToolResultMicrocompact
+from context_engine.strategies import (
+    FullSummary,
+    LightTrim,
+    MicroSummary,
+    ToolResultCap,
+    ToolResultMicrocompact,
+)
 from context_engine.summarize import Rehydration
 from context_engine.summarize.pinned import Pinned
 from context_engine.summarize.retry import RetryPolicy
@@ -131,6 +137,10 @@ def test_configuration_errors_stay_value_errors() -> None:
 # -- issue 20: every float setting is finite ----------------------------------------------
 
 
+def _micro_summary(field: str, value: float) -> MicroSummary:
+    return MicroSummary(summarizer=RecordingSummarizer(), **{field: value})
+
+
 FLOAT_SETTINGS: list[tuple[str, Callable[[float], object]]] = [
     ("engine-breaker-cooldown", lambda v: ContextEngine(10_000, breaker_cooldown_seconds=v)),
     ("breaker-cooldown", lambda v: CircuitBreaker(cooldown_seconds=v)),
@@ -174,6 +184,10 @@ FLOAT_SETTINGS: list[tuple[str, Callable[[float], object]]] = [
     (
         "summary-ledger-share",
         lambda v: FullSummary(summarizer=RecordingSummarizer(), ledger_share=v),
+    ),
+    *(
+        (f"micro-summary-{field}", partial(_micro_summary, field))
+        for field in ("micro_trigger", "full_trigger", "min_removed_share", "max_checkpoint_share")
     ),
     ("pinned-share", lambda v: Pinned(source=["AGENTS.md: run make lint"], max_share=v)),
     ("rehydration-share", lambda v: Rehydration(max_share=v)),
@@ -238,6 +252,10 @@ COVERED_FIELDS = {
     ("ToolResultCap", "max_share"),
     ("ToolResultCap", "max_round_share"),
     ("FullSummary", "ledger_share"),
+    ("MicroSummary", "micro_trigger"),
+    ("MicroSummary", "full_trigger"),
+    ("MicroSummary", "min_removed_share"),
+    ("MicroSummary", "max_checkpoint_share"),
     ("Pinned", "max_share"),
     ("Rehydration", "max_share"),
     ("Item", "relevance"),
