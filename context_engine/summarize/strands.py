@@ -12,6 +12,7 @@ summarizers.
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterable
 from typing import Any
 
 from context_engine.errors import ConfigurationError, SummarizerError
@@ -30,6 +31,7 @@ try:
     from strands.event_loop.streaming import process_stream
     from strands.models import Model
     from strands.types.exceptions import ModelThrottledException
+    from strands.types.streaming import StreamEvent
 
     from context_engine.formats.strands import to_strands
 except ImportError as _missing:  # pragma: no cover - depends on the environment
@@ -84,8 +86,7 @@ class StrandsSummarizer:
             raise ConfigurationError(
                 f"StrandsSummarizer needs a Strands Model or Agent, got {model!r}"
             )
-        self.name = _model_name(_resolve(model))
-        _check_options(self.name, None, retry, "StrandsSummarizer")
+        _check_options(_model_name(_resolve(model)), None, retry, "StrandsSummarizer")
         if not isinstance(transient, tuple) or not all(
             isinstance(t, type) and issubclass(t, BaseException) for t in transient
         ):
@@ -96,6 +97,11 @@ class StrandsSummarizer:
         self.retry = retry
         self.rebuild = rebuild
         self.transient = transient
+
+    @property
+    def name(self) -> str:
+        """The model id of the model a call goes to (an agent's current ``aux_model``)."""
+        return _model_name(_resolve(self.model))
 
     def __repr__(self) -> str:
         return f"StrandsSummarizer(model={self.name!r})"
@@ -118,23 +124,15 @@ class StrandsSummarizer:
 
     async def _send(self, request: SummaryRequest) -> str:
         model = _resolve(self.model)
+        name = _model_name(model)
         lead = [m for m in request.prompt_messages if m.role in ("system", "developer")]
         system = "\n\n".join(message.text for message in lead) or None
         # to_strands leaves the leading system messages out: they travel as system_prompt.
         chunks = model.stream(
             to_strands(request.prompt_messages), tool_specs=None, system_prompt=system
         )
-        stop: tuple[Any, ...] | None = None
-        async for event in process_stream(chunks):
-            if "stop" in event:
-                stop = event["stop"]
-        if stop is None:
-            raise SummarizerError(
-                f"Strands summarizer ({self.name}) got no answer: the model's stream ended "
-                "without a message; check the model provider"
-            )
-        stop_reason, message, usage = stop[0], stop[1], stop[2]
-        record_model_usage(usage.get("inputTokens"), usage.get("outputTokens"), self.name)
+        stop_reason, message, usage = await _final(chunks)
+        record_model_usage(usage.get("inputTokens"), usage.get("outputTokens"), name)
         text = "".join(_texts(message.get("content", [])))
         if not text.strip():
             hint = (
@@ -144,17 +142,27 @@ class StrandsSummarizer:
                 else "check that the model answers chat prompts with text"
             )
             raise SummarizerError(
-                f"Strands summarizer ({self.name}) returned no text "
+                f"Strands summarizer ({name}) returned no text "
                 f"(stop_reason={stop_reason!r}); {hint}"
             )
         if stop_reason == "max_tokens":
-            logger.warning("model=<%s> | summary cut at the token limit", self.name)
+            logger.warning("model=<%s> | summary cut at the token limit", name)
         return text
 
 
 def _resolve(model: Model | Agent) -> Model:
     """The model to call: an agent's ``aux_model`` (its ``model`` unless one was set)."""
     return model.aux_model if isinstance(model, Agent) else model
+
+
+async def _final(chunks: AsyncIterable[StreamEvent]) -> tuple[str, Any, Any]:
+    """The stop reason, message and usage Strands assembles from a model's stream."""
+    async for event in process_stream(chunks):
+        if "stop" in event:
+            stop_reason, message, usage, _metrics = event["stop"]
+            return stop_reason, message, usage
+    # process_stream ends every stream with its stop event, an empty one included.
+    raise AssertionError("unreachable: the stream ended without a stop event")  # pragma: no cover
 
 
 def _texts(content: list[Any]) -> list[str]:

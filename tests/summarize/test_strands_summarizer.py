@@ -128,10 +128,11 @@ def test_an_agent_lends_its_aux_model_and_is_left_untouched() -> None:
     assert agent.system_prompt == "You code."
     assert repr(summarizer) == "StrandsSummarizer(model='aux')"
 
-    plain = Agent(model=main, messages=copy.deepcopy(history))
-    assert asyncio.run(StrandsSummarizer(plain, retry=policy())(build_request(conversation(3))))
-    assert len(main.requests) == 1
-    assert plain.messages == history
+    agent.aux_model = None  # read at every call: the agent's model again
+    assert asyncio.run(summarizer(build_request(conversation(3), max_tokens=512)))
+    assert (len(aux.requests), len(main.requests)) == (1, 1)
+    assert repr(summarizer) == "StrandsSummarizer(model='main')"
+    assert agent.messages == history
 
 
 @pytest.mark.parametrize(
