@@ -66,6 +66,10 @@ _OWN_MODULES: dict[str, str] = {
     "context_engine.archive.redis": "redis",
     "context_engine.summarize.openai": "openai",
     "context_engine.summarize.anthropic": "anthropic",
+    "context_engine.summarize.langchain": "langchain",
+    "context_engine.summarize.pydantic_ai": "pydantic-ai",
+    "context_engine.summarize.strands": "strands",
+    "context_engine.summarize.openai_agents": "openai-agents",
     **{
         f"context_engine.{kind}.{name}": extra
         for kind in ("formats", "integrations")

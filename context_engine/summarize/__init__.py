@@ -1,8 +1,10 @@
 """Everything the checkpoint strategies need to talk to a summarizer.
 
 Provider summarizers live in `context_engine.summarize.openai` and
-`context_engine.summarize.anthropic` (optional extras); they are not imported
-here so that this package works without their clients installed.
+`context_engine.summarize.anthropic`, the agent runtimes' own models in
+`context_engine.summarize.langchain`, `.pydantic_ai`, `.strands` and
+`.openai_agents` (optional extras); they are not imported here so that this
+package works without their clients installed.
 """
 
 from context_engine.summarize.extractive import ExtractiveSummarizer
