@@ -66,6 +66,8 @@ _OWN_MODULES: dict[str, str] = {
     "context_engine.archive.redis": "redis",
     "context_engine.summarize.openai": "openai",
     "context_engine.summarize.anthropic": "anthropic",
+    # The Responses item converter it uses comes with the Agents SDK.
+    "context_engine.native.openai_compact": "openai-agents",
     **{
         f"context_engine.{kind}.{name}": extra
         for kind in ("formats", "integrations")
