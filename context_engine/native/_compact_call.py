@@ -97,6 +97,7 @@ class CompactCallBase:
         prefix: What the agent sends besides its messages (`AgentPrefix`):
             its tools, its system prompt when the view has none, its
             ``prompt_cache_key``, so the call reads the agent's prompt cache.
+            Its ``view`` is not used: the call sends the view being compacted.
     """
 
     name: ClassVar[str]

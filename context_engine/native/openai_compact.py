@@ -70,7 +70,8 @@ class OpenAICompactCall(CompactCallBase):
 
     Attributes:
         client: An ``openai.AsyncOpenAI``; its base URL, key, timeout and
-            ``max_retries`` are used as configured.
+            ``max_retries`` are used as configured. ``prefix.tools`` is not
+            sent: the endpoint takes no tools.
         model: The model sent with the call (use the agent's model).
         expected_checkpoint_tokens: Tokens the ``compaction`` item is assumed
             to take when choosing the cut (the returned user messages are

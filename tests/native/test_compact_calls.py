@@ -38,7 +38,7 @@ from context_engine.native import (
 )
 from context_engine.native.openai_compact import OpenAICompactCall
 from context_engine.pipeline import BREAKER_OPEN
-from context_engine.strategies import HardTruncate
+from context_engine.strategies import HardTruncate, ToolResultMicrocompact
 from context_engine.summarize.reuse import AgentPrefix
 from tests.summarize.provider_server import ProviderServer, Reply
 
@@ -462,6 +462,48 @@ async def test_anthropic_compact_call_sends_a_compaction_request_and_holds_the_b
     assert event.info.cache_read_tokens == 5000
     (reference,) = event.references
     assert await engine.recall(reference) == tuple(transcript[1:cut])
+
+
+async def test_client_side_strategies_work_around_a_committed_block_and_never_edit_it(
+    server: ProviderServer,
+) -> None:
+    """Later tool results are cleared client-side; the block goes out as it came, every time."""
+    server.queue(Reply(body=compaction_reply([BLOCK])), Reply(body=anthropic_reply("ok")))
+    client = anthropic_client(server)
+    compact_call = AnthropicCompactCall(client=client, model="claude-test")
+    engine = ContextEngine(
+        12_000,
+        reserve_tokens=4096,
+        strategies=[ToolResultMicrocompact(), compact_call, HardTruncate()],
+        commit_strategies=("anthropic_compact_call",),
+    )
+    chat = [Message.system(SYSTEM)]
+    for i in range(30):
+        chat += [Message.user(f"question {i}"), Message.assistant(f"answer {i} " * 100)]
+    try:
+        first = await engine.project(chat)
+        assert first.commit is not None
+        grown = [*first.commit, *agent_transcript(25)[1:]]
+        second = await engine.project(grown)
+        await client.beta.messages.create(
+            model="claude-test",
+            max_tokens=256,
+            tools=TOOLS,
+            **apply_request_options(
+                to_anthropic(second.messages, request=True), second.request_options, "anthropic"
+            ),
+        )
+    finally:
+        await client.close()
+
+    assert len(server.requests) == 2  # one compaction; the second view needed none
+    assert second.event is not None
+    assert [s.name for s in second.event.steps if s.applied] == ["tool_result_microcompact"]
+    assert second.messages[1] is first.commit[1]
+    assert dumped(server.requests[1].body["messages"][0]) == dumped(
+        {"role": "assistant", "content": [BLOCK]}
+    )
+    assert second.fits
 
 
 async def test_anthropic_compact_on_demand_sends_the_instructions_and_commits_the_block(
