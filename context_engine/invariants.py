@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from context_engine._native_checkpoint import carries_native_checkpoint
 from context_engine.messages import Message, ThinkingBlock
 from context_engine.structure import TRIMMED_KEY, analyze, is_user_message
 
@@ -18,7 +19,8 @@ def check_view(transcript: Sequence[Message], view: Sequence[Message]) -> list[s
     """Return a description of every invariant ``view`` breaks (empty when it keeps them all).
 
     Checked: leading system/developer messages first and untouched; the first
-    message after them a user message or checkpoint when the transcript's was;
+    message after them a user message or checkpoint (a provider's compaction
+    checkpoint included) when the transcript's was;
     no tool call without its result or result without its call (except calls
     pending at the end, which must stay as they were, and orphans the
     transcript already had); the newest user message present (verbatim, or
@@ -39,7 +41,8 @@ def check_view(transcript: Sequence[Message], view: Sequence[Message]) -> list[s
         problems.append("a system/developer message appeared after the leading block")
     if shape.lead_end < len(transcript) and transcript[shape.lead_end].role == "user":
         first = view[shape.lead_end] if shape.lead_end < len(view) else None
-        if first is None or first.role != "user":
+        # A provider's compaction checkpoint stands where it sends its summary (issue 19).
+        if first is None or not (first.role == "user" or carries_native_checkpoint(first)):
             problems.append("first message after the leading block is no longer a user message")
     problems.extend(_pairing_problems(transcript, view, shape.pending_start))
     if shape.last_user >= 0:

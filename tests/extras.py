@@ -70,6 +70,8 @@ _OWN_MODULES: dict[str, str] = {
     "context_engine.summarize.pydantic_ai": "pydantic-ai",
     "context_engine.summarize.strands": "strands",
     "context_engine.summarize.openai_agents": "openai-agents",
+    # The Responses item converter it uses comes with the Agents SDK.
+    "context_engine.native.openai_compact": "openai-agents",
     **{
         f"context_engine.{kind}.{name}": extra
         for kind in ("formats", "integrations")

@@ -30,6 +30,13 @@ PENDING_P = Message.tool("p", "deployed")
 # Typed as Mapping: the attrs plugin cannot infer `converter=dict` for a dict literal.
 TRIMMED: Mapping[str, Any] = {TRIMMED_KEY: 1}
 
+# A provider's compaction checkpoint, as `formats.anthropic` holds the returned block.
+PROVIDER_CHECKPOINT = Message(
+    "assistant",
+    (),
+    metadata={"anthropic.blocks": [{"opaque": {"type": "compaction", "content": "listed"}}]},
+)
+
 TRANSCRIPT = [SYSTEM, ASK_1, LIST, LISTED, ANSWER_1, ASK_2, READ, READ_B, READ_C, ANSWER_2]
 WAITING = [*TRANSCRIPT, Message.user("deploy it"), PENDING, PENDING_P]
 
@@ -63,6 +70,7 @@ def without(messages: list[Message], *drop: Message) -> list[Message]:
         ),
         ([], []),
         ([SYSTEM], [SYSTEM]),
+        (TRANSCRIPT, [SYSTEM, PROVIDER_CHECKPOINT, *TRANSCRIPT[5:]]),
     ],
     ids=[
         "untouched",
@@ -74,6 +82,7 @@ def without(messages: list[Message], *drop: Message) -> list[Message]:
         "orphan-the-transcript-already-had",
         "empty",
         "system-only",
+        "older-turn-replaced-by-a-provider-compaction-checkpoint",
     ],
 )
 def test_views_that_keep_every_invariant_pass(

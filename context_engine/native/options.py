@@ -29,9 +29,18 @@ import attrs
 
 from context_engine.errors import ConfigurationError
 
-__all__ = ["NativeProvider", "RequestOptions", "apply_request_options", "merge_request_options"]
+__all__ = [
+    "COMPACT_CALL_BETA",
+    "NativeProvider",
+    "RequestOptions",
+    "apply_request_options",
+    "merge_request_options",
+]
 
 NativeProvider: TypeAlias = Literal["anthropic", "openai"]
+
+COMPACT_CALL_BETA: Final = "compact-2026-09-04"
+"""Anthropic's beta flag for the top-level ``compaction`` request parameter."""
 
 _PROVIDERS: Final = ("anthropic", "openai")
 # Anthropic processes edits in order; clearing thinking must come first.
@@ -93,7 +102,8 @@ def merge_request_options(options: Iterable[RequestOptions]) -> tuple[RequestOpt
 
     Raises:
         ConfigurationError: two strategies asked for the same kind of edit for
-            one provider (the provider accepts each kind once).
+            one provider (the provider accepts each kind once), or Anthropic's
+            on-demand compaction meets its ``compact_20260112`` edit.
     """
     merged: dict[str, tuple[list[Mapping[str, Any]], list[str]]] = {}
     for option in options:
@@ -110,9 +120,21 @@ def merge_request_options(options: Iterable[RequestOptions]) -> tuple[RequestOpt
     out = []
     for provider, (edits, betas) in merged.items():
         if provider == "anthropic":
+            _check_compaction_kinds(edits, betas)
             edits = sorted(edits, key=lambda edit: _ANTHROPIC_EDIT_ORDER.get(edit["type"], 1))
         out.append(RequestOptions(provider=provider, edits=edits, betas=betas))  # type: ignore[arg-type]
     return tuple(out)
+
+
+def _check_compaction_kinds(edits: Sequence[Mapping[str, Any]], betas: Sequence[str]) -> None:
+    # The SDK's tool runner refuses the same pair (`_check_can_compact`): the API rejects
+    # a request holding an on-demand compaction block together with a compaction edit.
+    if COMPACT_CALL_BETA in betas and any(e.get("type") == "compact_20260112" for e in edits):
+        raise ConfigurationError(
+            "AnthropicCompactCall and a compact_20260112 edit (AnthropicCompaction) cannot be "
+            "used together: Anthropic does not accept a compaction block with a compaction "
+            "edit; keep one of them"
+        )
 
 
 def apply_request_options(
