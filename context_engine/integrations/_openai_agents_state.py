@@ -187,6 +187,8 @@ class Commits:
     def __init__(self, size: int = _CONVERSATIONS) -> None:
         self._size = size
         self._commits: list[Commit] = []  # most recently made or applied last
+        # Commits written into histories to be stored, as those read back; newest last.
+        self._handed_out: list[tuple[Commit, tuple[Message, ...]]] = []
 
     @property
     def latest(self) -> Commit | None:
@@ -209,6 +211,32 @@ class Commits:
         self._commits.append(commit)
         del self._commits[: -self._size]
 
+    def handed_out(self, commit: Commit, read_back: tuple[Message, ...]) -> None:
+        """Remember that a history to be stored starts with ``commit``, read back as given."""
+        self._handed_out = [h for h in self._handed_out if h[0] is not commit]
+        self._handed_out.append((commit, read_back))
+        del self._handed_out[: -self._size]
+
+    def find_after_stored(self, transcript: tuple[Message, ...]) -> tuple[Commit, int] | None:
+        """A commit newer than the one a stored ``transcript`` starts with, and what it covers.
+
+        A run goes on from its own items after its history was stored with a
+        commit (a sub-agent's run ended first and stored the parent's), so the
+        run's later commits stand for those items, not for the stored ones.
+        Read as the history the stored commit stands for, the transcript
+        starts with such a later commit's source; the answer is that commit
+        and how many leading messages of ``transcript`` it replaces.
+        """
+        for stored, read_back in reversed(self._handed_out):
+            kept = len(read_back)
+            if transcript[:kept] != read_back:
+                continue
+            newer = self.find(stored.source + transcript[kept:])
+            if newer is not None and len(newer.source) > len(stored.source):
+                return newer, kept + len(newer.source) - len(stored.source)
+        return None
+
     def clear(self) -> None:
         """Forget every commit."""
         self._commits = []
+        self._handed_out = []

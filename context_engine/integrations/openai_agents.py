@@ -1,7 +1,12 @@
 """Plug `ContextEngine` into the OpenAI Agents SDK.
 
-Install with ``pip install 'context-engine[openai-agents]'``. Three pieces; the
-first is the adapter, the other two are optional:
+Install with ``pip install 'context-engine[openai-agents]'``.
+
+`ContextEngineProvider` is the one object a runtime user needs: built once
+from an engine factory, it gives each session its own engine (an `EnginePool`
+keyed by ``Session.session_id``) and each run a ``RunConfig``
+(`ContextEngineProvider.run_config`) wired with the three pieces below, for
+agents whose ``model`` is a name (``model="gpt-5.1"``) or left to the default:
 
 * `ContextEngineInputFilter` is a ``RunConfig(call_model_input_filter=...)``.
   Before every model call it converts the run's input items and starts the
@@ -29,8 +34,9 @@ first is the adapter, the other two are optional:
   second overflow surfaces. It also passes each response's usage to the filter,
   which anchors the engine's token estimate.
 * `ContextEngineSession` wraps a ``Session``: the stored history takes the
-  filter's commit at the start of the next run, and `ContextEngineSession.compact`
-  is what a ``/compact`` command maps to.
+  filter's commit (`ContextEngineSession.persist_commit`; the provider's runs
+  do it when each run ends, a wrapped session at the start of the next run),
+  and `ContextEngineSession.compact` is what a ``/compact`` command maps to.
 
 The SDK traces with its own tracing, not OpenTelemetry: every engine call is a
 custom span ``context_engine.project`` / ``context_engine.recover_overflow`` in
@@ -41,38 +47,25 @@ OpenTelemetry span is current around ``Runner.run``.
 from __future__ import annotations
 
 import logging
-from collections import deque
-from collections.abc import AsyncIterator, Generator, Sequence
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
-
-import attrs
 
 from context_engine.engine import ContextEngine
 from context_engine.errors import ConfigurationError
-from context_engine.formats.openai_agents import (
-    from_openai_agents,
-    to_openai_agents,
-    usage_from_openai_agents,
+from context_engine.formats.openai_agents import from_openai_agents, to_openai_agents
+from context_engine.integrations.conversations import (
+    _LRU,
+    DEFAULT_MAX_CONVERSATIONS,
+    EnginePool,
 )
-from context_engine.integrations._openai_agents_state import (
-    Commit,
-    Commits,
-    MessageCache,
-    MessageCaches,
-)
-from context_engine.integrations._sizing import Sizing, Trigger, schema_text
-from context_engine.messages import Message
-from context_engine.overflow import is_context_overflow
 from context_engine.results import CompactResult
-from context_engine.turn import ModelCallStep, TurnResult, TurnStep, advance_turn, turn_flow
 
 try:
     from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
     from agents.memory import Session
-    from agents.models.interface import Model
-    from agents.run_config import CallModelData, ModelInputData
-    from agents.tracing import custom_span
-    from agents.tracing.spans import NoOpSpan
+    from agents.models.interface import Model, ModelProvider
+    from agents.models.multi_provider import MultiProvider
+    from agents.run_config import RunConfig
     from agents.usage import Usage as AgentsUsage
 except ImportError as exc:  # pragma: no cover - exercised by a test that hides the package
     raise ImportError(
@@ -80,317 +73,21 @@ except ImportError as exc:  # pragma: no cover - exercised by a test that hides 
         "install it with: pip install 'context-engine[openai-agents]'"
     ) from exc
 
+from context_engine.integrations._openai_agents_filter import ContextEngineInputFilter
+from context_engine.integrations._sizing import Sizing, Trigger
+
 if TYPE_CHECKING:
     from agents.memory import SessionSettings
     from agents.retry import ModelRetryAdvice, ModelRetryAdviceRequest
 
-__all__ = ["ContextEngineInputFilter", "ContextEngineModel", "ContextEngineSession"]
+__all__ = [
+    "ContextEngineInputFilter",
+    "ContextEngineModel",
+    "ContextEngineProvider",
+    "ContextEngineSession",
+]
 
 logger = logging.getLogger(__name__)
-
-_PENDING_TURNS = 16  # model calls in flight at once (parallel sub-agents) whose turn is kept
-
-
-@attrs.frozen
-class _Prepared:
-    """One call's input as the engine sees it."""
-
-    transcript: tuple[Message, ...]  # the SDK's history, converted
-    head: Message | None  # the instructions, as the leading system message
-    messages: tuple[Message, ...]  # the turn's transcript: head, commit applied
-    instructions: str | None
-    cache: MessageCache = attrs.field(eq=False, repr=False)
-
-
-@attrs.define(eq=False)
-class _Turn:
-    """One model call's `turn_flow`, waiting at its model call between the filter and the model."""
-
-    prepared: _Prepared
-    flow: Generator[TurnStep, Any, TurnResult[Any]]
-    sent: list[Any] = attrs.field(factory=list)  # the items the model is sent
-
-    def sends(self, items: Any, instructions: str | None) -> bool:
-        return self.prepared.instructions == instructions and self.sent == items
-
-    def data(self) -> ModelInputData:
-        """What the model is sent."""
-        return ModelInputData(input=self.sent, instructions=self.prepared.instructions)
-
-
-def _without_head(messages: Sequence[Message], head: Message | None) -> tuple[Message, ...]:
-    if head is not None and messages and messages[0] == head:
-        return tuple(messages[1:])
-    return tuple(messages)
-
-
-def _tool_schemas(agent: Any) -> list[Any]:
-    """The schemas the agent's model call carries: its tools and its handoffs.
-
-    A function tool is sent as its name, description and JSON schema; a hosted
-    tool by its name; a handoff as a tool named after the agent it hands to.
-    """
-    schemas: list[Any] = []
-    for tool in getattr(agent, "tools", None) or ():
-        schemas.append(
-            {
-                "name": getattr(tool, "name", type(tool).__name__),
-                "description": getattr(tool, "description", None),
-                "parameters": getattr(tool, "params_json_schema", None),
-            }
-        )
-    for handoff in getattr(agent, "handoffs", None) or ():
-        schemas.append(
-            {
-                "name": getattr(handoff, "tool_name", None) or getattr(handoff, "name", ""),
-                "description": getattr(handoff, "tool_description", None)
-                or getattr(handoff, "handoff_description", None),
-                "parameters": getattr(handoff, "input_json_schema", None),
-            }
-        )
-    return schemas
-
-
-def _is(first: object, second: object) -> bool:
-    return first is second
-
-
-def _describe(span: Any, engine: ContextEngine, step: ModelCallStep) -> None:
-    """Record what the engine did on the SDK's custom span (when tracing records it)."""
-    if isinstance(span, NoOpSpan):
-        return
-    snapshot = engine.snapshot()
-    span.span_data.data.update(
-        {
-            "tokens": snapshot.usage.tokens if snapshot is not None else 0,
-            "threshold": engine.threshold,
-            "changed": step.changed,
-            "strategy": snapshot.last_strategy if snapshot is not None and step.changed else None,
-            "committed": step.commit is not None,
-        }
-    )
-
-
-class ContextEngineInputFilter:
-    """The engine as the Agents SDK's ``call_model_input_filter``.
-
-    Pass it as ``RunConfig(call_model_input_filter=ContextEngineInputFilter(engine))``.
-    Use one filter and one engine per conversation: both remember the last view.
-    Sub-agents run with ``Agent.as_tool`` under the same run config share them;
-    the filter tells their conversations apart by their histories and keeps a
-    commit for each.
-
-    Args:
-        engine: The engine that decides what each model call sees.
-        cap_tool_results: Cap each new tool output with `ContextEngine.cap_tool_result`
-            and commit the capped history (the original goes to the engine's archive).
-        context_window: The window in tokens; None keeps the engine's own (the
-            SDK's models do not state their window).
-        trigger: ``("fraction", 0.8)`` or ``("tokens", n)``: where compaction
-            starts; None keeps the engine's reserve.
-        count_request: Count the calling agent's tool schemas and handoffs into
-            the engine's overhead on every call (its instructions are counted
-            as the leading system message).
-
-    Raises:
-        ConfigurationError: ``engine`` is not a `ContextEngine`, or a setting
-            is of the wrong type.
-    """
-
-    def __init__(
-        self,
-        engine: ContextEngine,
-        *,
-        cap_tool_results: bool = True,
-        context_window: int | None = None,
-        trigger: Trigger | None = None,
-        count_request: bool = True,
-    ) -> None:
-        if not isinstance(engine, ContextEngine):
-            raise ConfigurationError(
-                f"ContextEngineInputFilter needs a ContextEngine, got {engine!r}; "
-                "build one with ContextEngine.default(context_window=..., summarizer=...)"
-            )
-        if not isinstance(cap_tool_results, bool):
-            raise ConfigurationError(
-                f"cap_tool_results must be True or False, got {cap_tool_results!r}"
-            )
-        self.engine = engine
-        self.cap_tool_results = cap_tool_results
-        self.sizing = Sizing(context_window, trigger, count_request=count_request)
-        self._caches = MessageCaches()
-        self._commits = Commits()
-        self._head: Message | None = None
-        self._turns: deque[_Turn] = deque(maxlen=_PENDING_TURNS)
-
-    @property
-    def commit(self) -> tuple[Message, ...] | None:
-        """The commit made or applied last: a checkpoint and the messages kept after it."""
-        latest = self._commits.latest
-        return latest.messages if latest is not None else None
-
-    async def __call__(self, data: CallModelData[Any]) -> ModelInputData:
-        """Project the input of one model call; the SDK calls this before every call."""
-        model_data = data.model_data
-        tools = _tool_schemas(data.agent) if self.sizing.count_request else []
-        self.sizing.apply(self.engine, request_text=(schema_text(tools),) if tools else ())
-        prepared = await self._capped(self._prepare(model_data.input, model_data.instructions))
-        turn = await self._start(prepared)
-        return turn.data()
-
-    async def recover(
-        self,
-        error: BaseException,
-        *,
-        input: str | list[TResponseInputItem],
-        instructions: str | None,
-    ) -> ModelInputData | None:
-        """Shrink the input a model call was rejected for as too long.
-
-        The call's turn goes on (`context_engine.turn`): the engine recovers
-        from the history as committed so far, a checkpoint the call's own
-        projection wrote included, and the recovery is committed: later calls
-        start from it. Once per call: asked again for the retry's input, it
-        answers None. `ContextEngineModel` calls this; call it yourself around
-        your own model calls.
-
-        Args:
-            error: The provider's context-length error.
-            input: The input items of the rejected call.
-            instructions: Its system instructions.
-
-        Returns:
-            The input to retry with, or None when the error should surface (it
-            is not a context-length error, nothing could be shrunk, or it is
-            the retry's own overflow).
-        """
-        if not isinstance(error, Exception) or not is_context_overflow(error):
-            return None
-        turn = self._take_turn(input, instructions)
-        if turn is None:
-            # A call the filter did not prepare (no filter in the run config): its turn starts now.
-            turn = await self._start(self._prepare(input, instructions))
-            self._turns.remove(turn)
-        with custom_span("context_engine.recover_overflow") as span:
-            try:
-                step = await advance_turn(self.engine, turn.flow, error)
-            except Exception as raised:
-                if raised is error:
-                    return None
-                raise
-            assert isinstance(step, ModelCallStep)  # the flow returns only after a model answer
-            _describe(span, self.engine, step)
-        logger.warning(
-            "error=<%s> | the model rejected the prompt as too long; retrying once",
-            type(error).__name__,
-        )
-        return self._send(turn, step).data()
-
-    def remember_usage(self, output_items: Sequence[Any], usage: Any) -> None:
-        """Record the usage a model response reported, to anchor the next estimates.
-
-        Args:
-            output_items: The response's output as input items
-                (``ModelResponse.to_input_items()``).
-            usage: ``ModelResponse.usage`` or a Responses ``ResponseUsage``.
-        """
-        if usage is not None:
-            self._caches.usage.remember(output_items, usage_from_openai_agents(usage))
-
-    def apply_commit(self, items: Sequence[TResponseInputItem]) -> list[TResponseInputItem]:
-        """``items`` with the commit of their conversation in place of the history it stands for.
-
-        Use it to store a conversation's history after a run (``result.to_input_list()``)
-        in its committed form; a copy of ``items`` when no commit applies.
-        """
-        committed = self._committed_items(items)
-        return committed if committed is not None else list(items)
-
-    def reset(self) -> None:
-        """Forget every commit, pending turn and conversion cache (new conversations start)."""
-        self._caches = MessageCaches()
-        self._commits.clear()
-        self._turns.clear()
-
-    def _committed_items(self, items: Sequence[Any]) -> list[TResponseInputItem] | None:
-        listed = list(items)
-        cache = self._caches.for_items(listed)
-        commit = self._commits.find(cache.convert(listed))
-        if commit is None:
-            return None
-        covered = cache.item_count(len(commit.source))
-        return [*self._write(cache, commit.messages), *listed[covered:]]
-
-    def _prepare(self, items: str | Sequence[Any], instructions: str | None) -> _Prepared:
-        listed = [{"role": "user", "content": items}] if isinstance(items, str) else list(items)
-        cache = self._caches.for_items(listed)
-        transcript = cache.convert(listed)
-        commit = self._commits.find(transcript)
-        effective = commit.apply(transcript) if commit is not None else None
-        head = self._head
-        if instructions and (head is None or head.text != instructions):
-            head = self._head = Message.system(instructions)
-        head = head if instructions else None
-        body = effective if effective is not None else transcript
-        messages = (head, *body) if head is not None else body
-        return _Prepared(transcript, head, messages, instructions, cache)
-
-    async def _capped(self, prepared: _Prepared) -> _Prepared:
-        """``prepared`` with its tool results capped; a cap is committed, so it lasts.
-
-        A result the commit already stands for is its preview (or was under
-        the cap), so only the results that arrived since are read again.
-        """
-        if not self.cap_tool_results:
-            return prepared
-        head = prepared.head
-        body = _without_head(prepared.messages, head)
-        capped = tuple([await self._cap(message) for message in body])
-        if all(map(_is, capped, body)):
-            return prepared
-        self._commits.add(Commit(prepared.transcript, capped))
-        messages = (head, *capped) if head is not None else capped
-        return attrs.evolve(prepared, messages=messages)
-
-    async def _cap(self, message: Message) -> Message:
-        return await self.engine.cap_tool_result(message) if message.role == "tool" else message
-
-    async def _start(self, prepared: _Prepared) -> _Turn:
-        """Start the call's turn: project, commit what the engine says to, and send the view."""
-        flow = turn_flow(prepared.messages, compact_command=False)
-        with custom_span("context_engine.project") as span:
-            step = await advance_turn(self.engine, flow)
-            assert isinstance(step, ModelCallStep)  # without /compact the flow waits for the model
-            _describe(span, self.engine, step)
-        return self._send(_Turn(prepared, flow), step)
-
-    def _send(self, turn: _Turn, step: ModelCallStep) -> _Turn:
-        """Keep the step's commit, and the turn until its model call is answered."""
-        prepared = turn.prepared
-        if step.commit is not None:
-            kept = _without_head(step.commit, prepared.head)
-            self._commits.add(Commit(prepared.transcript, kept))
-        turn.sent = self._write(prepared.cache, _without_head(step.messages, prepared.head))
-        self._turns.append(turn)
-        return turn
-
-    def _take_turn(self, items: Any, instructions: str | None) -> _Turn | None:
-        """The pending turn whose model call was sent ``items``, no longer pending; or None."""
-        for turn in reversed(self._turns):
-            if turn.sends(items, instructions):
-                self._turns.remove(turn)
-                return turn
-        return None
-
-    def _write(self, cache: MessageCache, messages: Sequence[Message]) -> list[TResponseInputItem]:
-        items: list[TResponseInputItem] = []
-        for message in messages:
-            original = cache.items_of(message)
-            if original is None or any("usage" in item for item in original):
-                items.extend(to_openai_agents([message]))
-            else:
-                items.extend(original)
-        return items
 
 
 class ContextEngineModel(Model):
@@ -563,3 +260,255 @@ class ContextEngineSession:
     async def _replace(self, items: list[TResponseInputItem]) -> None:
         await self.session.clear_session()
         await self.session.add_items(items)
+
+
+class _SessionModel(ContextEngineModel):
+    """A `ContextEngineModel` that stores its conversation's commit when a run ends.
+
+    The runner tells every model it used that the run is over
+    (``Model._cleanup_on_run_end``), after it stored the run's items in the
+    session: the commit is written then, so a worker that serves one request
+    and exits leaves its checkpoint in the session.
+    """
+
+    def __init__(
+        self, model: Model, input_filter: ContextEngineInputFilter, session: Session | None
+    ) -> None:
+        super().__init__(model, input_filter)
+        self.session = session
+
+    async def _cleanup_on_run_end(self, owner: object) -> None:
+        try:
+            await super()._cleanup_on_run_end(owner)
+        finally:
+            if self.session is not None:
+                await _persist(ContextEngineSession(self.session, self.input_filter))
+
+
+async def _persist(session: ContextEngineSession) -> None:
+    """Store the commit; a failure is logged, as the commit stays in memory for the next run."""
+    try:
+        await session.persist_commit()
+    except Exception:
+        logger.warning(
+            "session=<%s> | could not store the commit in the session; "
+            "the next run of this conversation applies it and tries again",
+            session.session_id,
+            exc_info=True,
+        )
+
+
+class _ConversationModels(ModelProvider):
+    """The models of one conversation's runs: each name resolved once and wrapped.
+
+    One wrapper per name, so the runner's end-of-run notice reaches each model
+    once, however many turns it served.
+    """
+
+    def __init__(
+        self,
+        resolver: ModelProvider,
+        input_filter: ContextEngineInputFilter,
+        session: Session | None,
+    ) -> None:
+        self.resolver = resolver
+        self.input_filter = input_filter
+        self.session = session
+        self._models: dict[str | None, _SessionModel] = {}
+
+    def get_model(self, model_name: str | None) -> Model:
+        """The named model (the resolver's default for None), wrapped for this conversation."""
+        model = self._models.get(model_name)
+        if model is None:
+            model = self._models[model_name] = self.wrap(self.resolver.get_model(model_name))
+        return model
+
+    def wrap(self, model: Model) -> _SessionModel:
+        """``model`` wrapped for this conversation."""
+        return _SessionModel(model, self.input_filter, self.session)
+
+
+def _session_id(session: object) -> str:
+    if not isinstance(session, Session):
+        raise ConfigurationError(
+            f"session must be an Agents SDK Session (SQLiteSession, ...), got {session!r}"
+        )
+    return _checked_id(session.session_id, "session.session_id")
+
+
+def _checked_id(conversation_id: object, what: str) -> str:
+    if not isinstance(conversation_id, str) or not conversation_id:
+        raise ConfigurationError(f"{what} must be a non-empty str, got {conversation_id!r}")
+    return conversation_id
+
+
+class ContextEngineProvider:
+    """The engine for the Agents SDK in one object: an engine per session, a ``RunConfig`` per run.
+
+    Build it once per process and pass ``run_config=provider.run_config(session)``
+    to every ``Runner.run(agent, input, session=session, ...)``. Each session
+    gets its own engine from ``engines`` (keyed by ``session.session_id``) and
+    its own `ContextEngineInputFilter`; the run config sends every model call
+    through that filter, resolves model names (``Agent(model="gpt-5.1")``,
+    ``RunConfig.model``) with ``model_provider`` and wraps each model in a
+    `ContextEngineModel` (overflow recovery, usage anchors). When a run ends,
+    its commit is written into the session, so a new process, or a worker that
+    serves one request, resumes from the checkpoint. Handoffs continue the
+    session's conversation and sub-agents (``Agent.as_tool``) keep their own,
+    under the same filter.
+
+    An agent whose ``model`` is a ``Model`` instance is not wrapped: its calls
+    are projected, but it neither recovers from an overflow nor stores the
+    commit when the run ends (`ContextEngineSession` stores it at the start of
+    the next run). Give it by name, with a ``model_provider`` that resolves it.
+
+    Args:
+        engines: An `EnginePool`, or the factory of one: builds the engine of a
+            new conversation from its id, e.g.
+            ``lambda session_id: ContextEngine.default(128_000, summarizer=s)``.
+        model_provider: Resolves model names; the SDK's ``MultiProvider``
+            (OpenAI, ``litellm/...``) by default.
+        max_conversations: With a factory, the sessions whose engine is kept
+            (the least recently used is dropped past it; default
+            `DEFAULT_MAX_CONVERSATIONS`, 256). A dropped session gets a fresh
+            engine on its next run and starts from the checkpoint stored in
+            its session.
+        cap_tool_results: As `ContextEngineInputFilter`.
+        context_window: As `ContextEngineInputFilter`.
+        trigger: As `ContextEngineInputFilter`.
+        count_request: As `ContextEngineInputFilter`.
+
+    Raises:
+        ConfigurationError: ``engines`` is a single engine (one engine holds one
+            conversation) or not callable, or a setting is invalid.
+    """
+
+    def __init__(
+        self,
+        engines: EnginePool | Callable[[str], ContextEngine],
+        *,
+        model_provider: ModelProvider | None = None,
+        max_conversations: int = DEFAULT_MAX_CONVERSATIONS,
+        cap_tool_results: bool = True,
+        context_window: int | None = None,
+        trigger: Trigger | None = None,
+        count_request: bool = True,
+    ) -> None:
+        self.pool = _pool(engines, max_conversations)
+        if model_provider is not None and not isinstance(model_provider, ModelProvider):
+            raise ConfigurationError(
+                f"model_provider must be an Agents SDK ModelProvider, got {model_provider!r}"
+            )
+        self.model_provider = model_provider if model_provider is not None else MultiProvider()
+        if not isinstance(cap_tool_results, bool):
+            raise ConfigurationError(
+                f"cap_tool_results must be True or False, got {cap_tool_results!r}"
+            )
+        Sizing(context_window, trigger, count_request=count_request)  # fails here, not at a run
+        self._filter_options: dict[str, Any] = {
+            "cap_tool_results": cap_tool_results,
+            "context_window": context_window,
+            "trigger": trigger,
+            "count_request": count_request,
+        }
+        self._filters: _LRU[ContextEngineInputFilter] = _LRU(self.pool.max_conversations)
+
+    def input_filter(self, conversation_id: str) -> ContextEngineInputFilter:
+        """The filter of a conversation (a session id), over the pool's engine for it."""
+        _checked_id(conversation_id, "conversation_id")
+        engine = self.pool.engine(conversation_id)
+        held = self._filters.get(conversation_id, lambda: self._new_filter(engine))
+        if held.engine is not engine:  # the pool dropped the engine and built a new one
+            held = self._new_filter(engine)
+            self._filters.put(conversation_id, held)
+        return held
+
+    def run_config(
+        self,
+        session: Session | None = None,
+        *,
+        conversation_id: str | None = None,
+        **options: Any,
+    ) -> RunConfig:
+        """A ``RunConfig`` for a run of ``session``'s conversation.
+
+        Pass the same session to ``Runner.run``. ``options`` are the other
+        ``RunConfig`` fields (``workflow_name``, ``model_settings``, ...); a
+        ``model`` given as a name is resolved by the provider, as a ``Model``
+        it is wrapped like a resolved one.
+
+        Args:
+            session: The session the run reads and stores; its ``session_id``
+                picks the engine, and the run's commit is stored in it when
+                the run ends.
+            conversation_id: The conversation's id for a run without a
+                session (you pass and store the history yourself; see
+                `ContextEngineInputFilter.apply_commit`), or to key a session
+                by something else than its ``session_id``.
+            **options: Further ``RunConfig`` fields.
+
+        Raises:
+            ConfigurationError: neither a session nor a ``conversation_id``,
+                or ``options`` set ``call_model_input_filter`` or
+                ``model_provider`` (the provider sets both).
+        """
+        if conversation_id is None:
+            if session is None:
+                raise ConfigurationError(
+                    "run_config needs the run's session, or conversation_id= for a run "
+                    "without one: the engine is chosen per conversation"
+                )
+            conversation_id = _session_id(session)
+        elif session is not None:
+            _session_id(session)
+        for name in ("call_model_input_filter", "model_provider"):
+            if name in options:
+                raise ConfigurationError(
+                    f"run_config sets {name} itself; give the provider model_provider= "
+                    "when it is built, or build the RunConfig yourself from "
+                    "ContextEngineInputFilter and ContextEngineModel"
+                )
+        models = _ConversationModels(
+            self.model_provider, self.input_filter(conversation_id), session
+        )
+        if isinstance(options.get("model"), Model):
+            options["model"] = models.wrap(options["model"])
+        return RunConfig(
+            model_provider=models, call_model_input_filter=models.input_filter, **options
+        )
+
+    def session(self, session: Session) -> ContextEngineSession:
+        """``session`` wrapped with its conversation's filter: ``/compact``, storing the commit.
+
+        ``await provider.session(session).compact(instructions)`` is what a
+        ``/compact`` command maps to; ``clear_session()`` on it also forgets
+        the conversation's commits.
+        """
+        return ContextEngineSession(session, self.input_filter(_session_id(session)))
+
+    async def aclose(self) -> None:
+        """Close the model provider (its clients and cached models)."""
+        await self.model_provider.aclose()
+
+    def _new_filter(self, engine: ContextEngine) -> ContextEngineInputFilter:
+        return ContextEngineInputFilter(engine, **self._filter_options)
+
+
+def _pool(engines: object, max_conversations: int) -> EnginePool:
+    if isinstance(engines, EnginePool):
+        if max_conversations != DEFAULT_MAX_CONVERSATIONS:
+            raise ConfigurationError(
+                "max_conversations is set on the EnginePool you pass, not beside it"
+            )
+        return engines
+    if isinstance(engines, ContextEngine):
+        raise ConfigurationError(
+            "ContextEngineProvider needs an engine per session, not one engine: pass a factory, "
+            "e.g. lambda session_id: ContextEngine.default(128_000, summarizer=...), "
+            "or an EnginePool"
+        )
+    if not callable(engines):
+        raise ConfigurationError(
+            f"engines must be an EnginePool or a factory taking a session id, got {engines!r}"
+        )
+    return EnginePool(engines, max_conversations=max_conversations)

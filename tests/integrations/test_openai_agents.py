@@ -32,6 +32,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from context_engine import ContextEngine, ContextSummary, Message, Summarizer, ToolCall, Usage
 from context_engine.errors import ConfigurationError
 from context_engine.formats.openai_agents import from_openai_agents, to_openai_agents
+from context_engine.integrations._openai_agents_filter import _tool_schemas
 from context_engine.integrations._openai_agents_state import (
     Commit,
     Commits,
@@ -43,7 +44,6 @@ from context_engine.integrations.openai_agents import (
     ContextEngineInputFilter,
     ContextEngineModel,
     ContextEngineSession,
-    _tool_schemas,
 )
 from context_engine.invariants import check_view
 from context_engine.strategies import FullSummary, HardTruncate
@@ -769,6 +769,27 @@ def test_commits_are_kept_per_conversation() -> None:
     assert commits.find((*parent, Message.assistant("done"))) is newer
     assert commits.find(parent[:2]) is None  # the older commit of the parent is gone
     assert commits.find(sub_agent) is not None
+
+
+def test_a_newer_commit_applies_to_a_history_stored_with_an_older_one() -> None:
+    """Stored mid-run with one commit, the history takes the run's later commit in its place."""
+    history = tuple(Message.user(f"step {n}") for n in range(6))
+    first = Commit(history[:3], (ContextSummary(summary="steps 0-2"),))
+    read_back = (ContextSummary(summary="steps 0-2"),)  # what the store gives back for it
+    commits = Commits()
+    commits.add(first)
+    commits.handed_out(first, read_back)
+    stored = (*read_back, *history[3:])
+    assert commits.find(stored) is None
+    assert commits.find_after_stored(stored) is None  # no commit newer than the stored one
+
+    newer = Commit(history[:5], (ContextSummary(summary="steps 0-4"),))
+    commits.add(newer)  # made from the run's own items, which still hold steps 0-2
+
+    assert commits.find_after_stored(stored) == (newer, 3)  # the checkpoint and steps 3-4
+    assert commits.find_after_stored((Message.user("other"), *history[3:])) is None
+    commits.clear()
+    assert commits.find_after_stored(stored) is None
 
 
 def test_caches_keep_each_conversation_apart() -> None:
