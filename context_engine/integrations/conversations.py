@@ -159,7 +159,9 @@ class EnginePool:
             endpoint: Names the summarizer's endpoint: its failures are then
                 counted in the store (`SharedSummarizerBreaker`), so an open
                 breaker holds for every conversation and worker on the store
-                and after a restart.
+                and after a restart (its defaults: 3 failures, 60 s cool-down;
+                pass a configured `SharedSummarizerBreaker` as ``summarizer``
+                instead for others).
             seed_from_archive: Seed `SessionMemory` from the conversation's
                 memory text in the store (written with `save_seed`).
             max_conversations: Engines kept at once.
