@@ -4,7 +4,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 
 .PHONY: demo test test-envs docs chromium redis-server soak lint typecheck bench bench-quick bench-peers \
-	bench-peers-quick bench-economics bench-economics-quick bench-counting bench-fits bench-fidelity clean
+	bench-peers-quick bench-economics bench-economics-quick bench-counting bench-fits bench-fidelity bench-adapters clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -134,6 +134,11 @@ bench-fits: $(VENV)/.installed
 # done), dev corpus at 8k/16k, against trim-last and observation masking (issue 15).
 bench-fidelity: $(VENV)/.installed
 	$(BIN)/python benchmarks/fidelity.py
+
+# The largest request of each runtime's own agent loop (LangChain, pydantic-ai, Strands) at
+# 8k/16k/32k, with and without the adapters counting tool schemas and instructions (issue 18).
+bench-adapters: $(STAMP)
+	$(BIN)/python benchmarks/adapters.py
 
 # The peers (LangChain, Strands, AutoGen: the `bench` extra) live in their own
 # virtualenv so the test environment never sees them.

@@ -12,9 +12,15 @@ own conversation id.
 
 A conversation dropped from the pool gets a fresh engine when it comes back:
 its views stay correct (every view is computed from the messages of the call),
-only the reuse of its last view and its breaker count are lost. A factory that
-gives each engine an archive and ``session_id=conversation_id`` keeps what the
-archive holds across that, and across a process restart.
+only the reuse of its last view and its breaker count are lost. A pool backed
+by an archive (`EnginePool.archived`, or ``archive=`` with a factory that
+gives each engine that archive and ``session_id=conversation_id``) keeps what a
+conversation needs beside the runtime's own history in the archive: the
+originals its placeholders and checkpoints name, and optionally its
+summarizer's breaker and its session-memory seed. A pool in another process,
+or after a restart, on the same store and the runtime's persisted history
+(a LangGraph checkpointer, a pydantic-ai message history, a Strands session)
+picks the conversation up where it was.
 """
 
 from __future__ import annotations
@@ -22,10 +28,13 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
+from context_engine.archive.base import Archive
+from context_engine.archive.shared import SharedSummarizerBreaker, stored_seed
 from context_engine.engine import ContextEngine
 from context_engine.errors import ConfigurationError
+from context_engine.summarize.request import Summarizer
 
 __all__ = ["DEFAULT_MAX_CONVERSATIONS", "EnginePool"]
 
@@ -80,10 +89,15 @@ class EnginePool:
         max_conversations: Engines kept at once (default
             `DEFAULT_MAX_CONVERSATIONS`); the least recently used is dropped
             past it.
+        archive: The store the pool's engines keep their conversations in.
+            Every engine the factory builds must use it with
+            ``session_id=conversation_id``: that is where a pool in another
+            process finds the conversation again. `EnginePool.archived`
+            builds such a factory.
 
     Raises:
-        ConfigurationError: ``factory`` is not callable or ``max_conversations``
-            is not a positive int.
+        ConfigurationError: ``factory`` is not callable, ``max_conversations``
+            is not a positive int, or ``archive`` is not an `Archive`.
     """
 
     def __init__(
@@ -91,6 +105,7 @@ class EnginePool:
         factory: Callable[[str], ContextEngine],
         *,
         max_conversations: int = DEFAULT_MAX_CONVERSATIONS,
+        archive: Archive | None = None,
     ) -> None:
         if not callable(factory):
             raise ConfigurationError(
@@ -104,15 +119,102 @@ class EnginePool:
             raise ConfigurationError(
                 f"max_conversations must be a positive int, got {max_conversations!r}"
             )
+        if archive is not None and not isinstance(archive, Archive):
+            raise ConfigurationError(
+                f"archive must be an Archive (MemoryArchive, SQLiteArchive, RedisArchive), "
+                f"got {archive!r}"
+            )
         self.factory = factory
         self.max_conversations = max_conversations
+        self.archive = archive
         self._engines: _LRU[ContextEngine] = _LRU(max_conversations)
+
+    @classmethod
+    def archived(
+        cls,
+        archive: Archive,
+        context_window: int,
+        *,
+        summarizer: Summarizer | None = None,
+        endpoint: str | None = None,
+        seed_from_archive: bool = False,
+        max_conversations: int = DEFAULT_MAX_CONVERSATIONS,
+        **options: Any,
+    ) -> EnginePool:
+        """A pool whose engines keep each conversation's state in ``archive``.
+
+        Each conversation gets ``ContextEngine.default(context_window,
+        archive=archive, session_id=conversation_id, **options)``. A pool
+        built the same way in another process, or after a restart, on the
+        same store resumes every conversation from the runtime's persisted
+        history: the references its placeholders and checkpoints name are
+        recalled from the store, and the shared state below is read back.
+
+        Args:
+            archive: The store (a `SQLiteArchive` file for the processes of one
+                machine, `RedisArchive` for many machines).
+            context_window: The window engines are built with (an adapter sizes
+                it to the runtime's model on each call).
+            summarizer: Writes the checkpoints (`FullSummary`).
+            endpoint: Names the summarizer's endpoint: its failures are then
+                counted in the store (`SharedSummarizerBreaker`), so an open
+                breaker holds for every conversation and worker on the store
+                and after a restart (its defaults: 3 failures, 60 s cool-down;
+                pass a configured `SharedSummarizerBreaker` as ``summarizer``
+                instead for others).
+            seed_from_archive: Seed `SessionMemory` from the conversation's
+                memory text in the store (written with `save_seed`).
+            max_conversations: Engines kept at once.
+            **options: Further `ContextEngine` options (``token_counter``,
+                hooks, ``reserve_tokens`` ...).
+
+        Raises:
+            ConfigurationError: an option is invalid, ``endpoint`` is given
+                without a summarizer, or ``options`` set what the pool sets
+                (``session_id``; ``seed`` with ``seed_from_archive``).
+        """
+        if not isinstance(seed_from_archive, bool):
+            raise ConfigurationError(
+                f"seed_from_archive must be True or False, got {seed_from_archive!r}"
+            )
+        taken = {"session_id"} | ({"seed"} if seed_from_archive else set())
+        if taken & options.keys():
+            raise ConfigurationError(
+                f"EnginePool.archived sets {', '.join(sorted(taken & options.keys()))} per "
+                "conversation; leave it out of the options"
+            )
+        if endpoint is not None:
+            if summarizer is None:
+                raise ConfigurationError(
+                    "endpoint names the summarizer whose breaker the store shares; "
+                    "pass summarizer= too"
+                )
+            summarizer = SharedSummarizerBreaker(
+                summarizer=summarizer, archive=archive, endpoint=endpoint
+            )
+
+        seed = options.pop("seed", None)
+
+        def build(conversation_id: str) -> ContextEngine:
+            return ContextEngine.default(
+                context_window,
+                summarizer=summarizer,
+                seed=stored_seed(archive, conversation_id) if seed_from_archive else seed,
+                archive=archive,
+                session_id=conversation_id,
+                **options,
+            )
+
+        build("probe")  # a bad option fails here, not at a conversation's first call
+        return cls(build, max_conversations=max_conversations, archive=archive)
 
     def engine(self, conversation_id: str) -> ContextEngine:
         """The engine of ``conversation_id``, built by the factory on first use.
 
         Raises:
-            ConfigurationError: the factory returned something else than a `ContextEngine`.
+            ConfigurationError: the factory returned something else than a
+                `ContextEngine`, or, in a pool with an archive, an engine that
+                does not keep ``conversation_id`` in it.
         """
         return self._engines.get(conversation_id, lambda: self._build(conversation_id))
 
@@ -122,6 +224,15 @@ class EnginePool:
             raise ConfigurationError(
                 f"the pool's factory must return a ContextEngine, got {engine!r} "
                 f"for conversation {conversation_id!r}"
+            )
+        if self.archive is not None and (
+            engine.archive is not self.archive or engine.session_id != conversation_id
+        ):
+            raise ConfigurationError(
+                f"the pool keeps its conversations in {self.archive!r}: build the engine of "
+                f"{conversation_id!r} with archive=<that archive> and "
+                f"session_id={conversation_id!r} (got {engine.archive!r}, "
+                f"session_id={engine.session_id!r})"
             )
         return engine
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+import pickle
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
+import attrs
 import pytest
 
 from tests.extras import needs
@@ -18,6 +20,7 @@ from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
 from langchain_core.exceptions import ContextOverflowError
 from langchain_core.language_models.chat_models import BaseChatModel
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
@@ -29,6 +32,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from pydantic import Field
 
 from context_engine import ConfigurationError, ContextEngine, RewriteEvent, StrategyResult
+from context_engine.archive import REFERENCE_PATTERN, Archive, MemoryArchive, SQLiteArchive
 from context_engine.formats.langchain import from_langchain, message_from_langchain
 from context_engine.integrations._sizing import schema_text
 from context_engine.integrations.conversations import EnginePool
@@ -40,6 +44,16 @@ from context_engine.summarize.extractive import ExtractiveSummarizer
 from context_engine.summarize.request import SummaryRequest
 from context_engine.testing import FixedTokenCounter, RecordingSummarizer
 from context_engine.tokens import REQUEST_OVERHEAD_TOKENS
+from tests.integrations.support import (
+    INSTRUCTIONS,
+    LOOP_STEPS,
+    TRIGGER,
+    WINDOWS,
+    grep_output,
+    grep_size,
+    orphans,
+    recall_all,
+)
 
 pytestmark = pytest.mark.extra("langchain")
 
@@ -646,7 +660,7 @@ def search_code(
         max_results: Stop after this many matches.
         case_sensitive: Match case exactly.
     """
-    return f"{pattern} in {path}:\n" + "\n".join(f"{path}/m{n}.py:{n}: match" for n in range(200))
+    return grep_output(pattern, max_results)
 
 
 read_file_documented = tool(
@@ -681,48 +695,161 @@ class ToolAwareModel(ScriptedModel):
         return result
 
 
-def sized_run(mode: str, *, count_request: bool) -> tuple[ToolAwareModel, ContextEngine, Any]:
-    engine = ContextEngine.default(
-        100_000, summarizer=ExtractiveSummarizer(), token_counter=COUNTER
+class LoopModel(GenericFakeChatModel):
+    """LangChain's own fake chat model, with the agent's tools bound as ``create_agent`` binds them.
+
+    It answers from its script and records every request: the messages, and
+    their size with the bound tool schemas (what a provider is sent and
+    bills). Like LangChain's fake models it reports no usage, so the engine has
+    no provider anchor to learn the schemas' size from.
+    """
+
+    schemas: list[dict[str, Any]] = Field(default_factory=list)
+    received: list[list[BaseMessage]] = Field(default_factory=list)
+    requests: list[int] = Field(default_factory=list)
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> LoopModel:  # type: ignore[override]
+        self.schemas = [convert_to_openai_tool(t) for t in tools]
+        return self
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
+        self.received.append(list(messages))
+        schemas = COUNTER.count_text(schema_text(self.schemas))
+        self.requests.append(prompt_tokens(messages) + schemas)
+        return super()._generate(messages, stop, run_manager, **kw)
+
+
+def search_script(steps: int, first: int = 0) -> Iterator[AIMessage]:
+    """``steps`` searches with multi-thousand-token outputs, from step ``first``, then ``done``."""
+    for step in range(first, first + steps):
+        args = {
+            "pattern": f"handler_{step}",
+            "path": "src",
+            "language": "python",
+            "max_results": grep_size(step),
+            "case_sensitive": False,
+        }
+        call = {"name": "search_code", "args": args, "id": f"call_{step}"}
+        yield AIMessage(f"Searching for handler_{step} next, {NOTE}", tool_calls=[call])
+    yield AIMessage("done")
+
+
+@attrs.define
+class LoopProcess:
+    """One "process" of an app: its own archive store object, pool, model and agent."""
+
+    agent: Any
+    model: LoopModel
+    pool: EnginePool
+    recorder: Recorder
+
+
+def assert_fits(process: LoopProcess, threshold: int) -> None:
+    """Every request at or under the threshold with its tool schemas, valid, no orphan pairs."""
+    calls = zip(process.recorder.transcripts, process.model.received, strict=True)
+    for number, (state, sent) in enumerate(calls):
+        assert process.model.requests[number] <= threshold, f"request {number}"
+        assert orphans(from_langchain(sent)) == [], f"request {number}"
+        assert check_view(from_langchain(state), from_langchain(sent)) == [], f"request {number}"
+
+
+def start_process(
+    store: Archive,
+    saver: InMemorySaver,
+    window: int,
+    script: Iterator[AIMessage],
+    *,
+    count_request: bool = True,
+) -> LoopProcess:
+    pool = EnginePool.archived(
+        store, 100_000, summarizer=ExtractiveSummarizer(), token_counter=COUNTER
     )
-    model = ToolAwareModel(steps=45, tool="search_code", profile={"max_input_tokens": 8_000})
+    model = LoopModel(messages=script, profile={"max_input_tokens": window})
     middleware = ContextEngineMiddleware(
-        engine, trigger=("fraction", 0.8), count_request=count_request
+        pool, trigger=("fraction", TRIGGER), count_request=count_request
     )
+    recorder = Recorder(pool.engine("t"))
     agent = create_agent(
         model,
         tools=[read_file_documented, search_code],
-        system_prompt="You search code bases. " * 20,
-        middleware=[middleware],
+        system_prompt=INSTRUCTIONS,
+        middleware=[recorder, middleware],
+        checkpointer=saver,
     )
-    model.plan = lambda n: (
-        None if n >= 45 else ("search_code", {"pattern": f"def f{n}", "path": "src"})
-    )
-    result = invoke(agent, [HumanMessage("Find every definition.")], mode)
-    return model, engine, result
+    return LoopProcess(agent, model, pool, recorder)
 
 
+def persisted(saver: InMemorySaver) -> bytes:
+    """What the checkpointer holds, as bytes: its checkpoints are serialized already."""
+    storage = {t: {ns: dict(c) for ns, c in spaces.items()} for t, spaces in saver.storage.items()}
+    return pickle.dumps((storage, dict(saver.writes), dict(saver.blobs)))
+
+
+def restored(data: bytes) -> InMemorySaver:
+    """A new checkpointer holding only what ``persisted`` wrote."""
+    storage, writes, blobs = pickle.loads(data)
+    saver = InMemorySaver()
+    for thread, spaces in storage.items():
+        for namespace, checkpoints in spaces.items():
+            saver.storage[thread][namespace].update(checkpoints)
+    saver.writes.update(writes)
+    saver.blobs.update(blobs)
+    return saver
+
+
+THREAD = {"configurable": {"thread_id": "t"}}
+
+
+@pytest.mark.parametrize("window", WINDOWS, ids=[f"{w // 1000}k" for w in WINDOWS])
 @pytest.mark.parametrize("mode", MODES)
-def test_the_window_comes_from_the_model_profile_and_tool_schemas_count_on_every_call(
-    mode: str, capsys: pytest.CaptureFixture[str]
+def test_a_long_loop_fits_with_its_tool_schemas_and_a_second_process_resumes_it(
+    mode: str, window: int, archive_file: Callable[[], SQLiteArchive]
 ) -> None:
-    model, engine, result = sized_run(mode, count_request=True)
-    uncounted, _, _ = sized_run(mode, count_request=False)
+    saver = InMemorySaver()
+    first = start_process(archive_file(), saver, window, search_script(LOOP_STEPS))
+    result = invoke(first.agent, [HumanMessage("Find every handler.")], mode, thread_id="t")
+    uncounted = start_process(
+        MemoryArchive(), InMemorySaver(), window, search_script(LOOP_STEPS), count_request=False
+    )
+    invoke(uncounted.agent, [HumanMessage("Find every handler.")], mode, thread_id="t")
 
+    threshold = int(window * TRIGGER)
+    engine = first.pool.engine("t")
     assert result["messages"][-1].content == "done"
-    assert engine.context_window == 8_000  # the profile's, not the 100k the engine was built with
-    assert engine.threshold == 6_400  # ("fraction", 0.8)
-    schema_tokens = COUNTER.count_text(schema_text(model.schemas))
-    assert schema_tokens > 300  # sizeable schemas, so leaving them out matters
-    assert engine.overhead_tokens == schema_tokens
-    assert len(model.requests) == 46
-    assert max(model.requests) <= 6_400
-    assert max(uncounted.requests) > 6_400  # the schemas pushed requests over
-    with capsys.disabled():
-        print(
-            f"\nlangchain {mode} 8k/0.8: request max {max(model.requests)} with tool schemas "
-            f"counted, {max(uncounted.requests)} without (schemas {schema_tokens} tokens)"
-        )
+    assert (engine.context_window, engine.threshold) == (window, threshold)
+    schemas = COUNTER.count_text(schema_text(first.model.schemas))
+    assert schemas > 300  # sizeable schemas, so leaving them out matters
+    assert engine.overhead_tokens == schemas
+    assert len(first.model.requests) == LOOP_STEPS + 1
+    assert_fits(first, threshold)
+    state = first.agent.get_state(THREAD).values["messages"]
+    persisted_state = from_langchain(state)
+    assert persisted_state[0].is_summary  # the checkpoint is in the checkpointer's history
+    assert max(uncounted.model.requests) > threshold  # the schemas alone push it over
+
+    second = start_process(
+        archive_file(), restored(persisted(saver)), window, search_script(3, first=LOOP_STEPS)
+    )
+    again = invoke(second.agent, [HumanMessage("Find three more.")], mode, thread_id="t")
+
+    assert again["messages"][-1].content == "done"
+    resumed = from_langchain(second.model.received[0])
+    # The second process reads the persisted history and sends it from its checkpoint on.
+    read = from_langchain(second.recorder.transcripts[0])
+    assert [m.text for m in read] == [
+        INSTRUCTIONS,
+        *(m.text for m in persisted_state),
+        "Find three more.",
+    ]
+    assert resumed[1].text == persisted_state[0].text
+    assert_fits(second, threshold)
+    kept = [m.text for m in persisted_state]
+    recalled = asyncio.run(recall_all(second.pool.engine("t"), kept))
+    outputs = {grep_output(f"handler_{n}", grep_size(n)) for n in range(LOOP_STEPS)}
+    assert outputs - set(kept)  # capped or summarized away from the history ...
+    assert outputs <= recalled | set(kept)  # ... and still whole in the archive
 
 
 def test_an_explicit_window_wins_over_the_model_profile() -> None:
@@ -793,12 +920,27 @@ class ThreadModel(ScriptedModel):
         return ChatResult(generations=[ChatGeneration(message=message)])
 
 
+def masked(content: Any) -> Any:
+    """``content`` with every archive reference in its texts replaced by ``arc-*``."""
+    if isinstance(content, str):
+        return REFERENCE_PATTERN.sub("arc-*", content)
+    if isinstance(content, list):
+        return [masked(item) for item in content]
+    if isinstance(content, dict):
+        return {key: masked(value) for key, value in content.items()}
+    return content
+
+
 def shape(messages: Sequence[BaseMessage]) -> list[tuple[Any, ...]]:
-    """What a model call was sent, without the ids LangGraph and the commits generate."""
+    """What a model call was sent, without the ids LangGraph and the commits generate.
+
+    Archive references hash the messages they name, LangGraph's random ids
+    included, so they are masked too.
+    """
     return [
         (
             m.type,
-            m.content,
+            masked(m.content),
             [(c["name"], c["args"], c["id"]) for c in getattr(m, "tool_calls", [])],
             getattr(m, "tool_call_id", None),
         )
@@ -818,16 +960,40 @@ class DownForThreadA:
         return self.inner(request)
 
 
+THREAD_OPTIONS: dict[str, Any] = {
+    "reserve_tokens": 1_000,
+    "token_counter": COUNTER,
+    "max_consecutive_failures": 1,  # the breaker opens on the first failed summary
+    "breaker_cooldown_calls": 100,
+}
+
+
 def thread_engine(thread: str) -> ContextEngine:
     """A conversation's engine; its breaker opens on the first failed summary."""
+    return ContextEngine.default(5_000, summarizer=DownForThreadA(), **THREAD_OPTIONS)
+
+
+def archived_engine(thread: str) -> ContextEngine:
+    """`thread_engine` keeping its originals in an archive of its own."""
     return ContextEngine.default(
         5_000,
-        reserve_tokens=1_000,
         summarizer=DownForThreadA(),
-        token_counter=COUNTER,
-        max_consecutive_failures=1,
-        breaker_cooldown_calls=100,
+        archive=MemoryArchive(),
+        session_id=thread,
+        **THREAD_OPTIONS,
     )
+
+
+# How an app gets its engines: a pool, and the one engine a pool-less app would share.
+ENGINES: dict[str, tuple[Callable[[], EnginePool], Callable[[str], ContextEngine]]] = {
+    "a factory": (lambda: EnginePool(thread_engine), thread_engine),
+    "an archive": (
+        lambda: EnginePool.archived(
+            MemoryArchive(), 5_000, summarizer=DownForThreadA(), **THREAD_OPTIONS
+        ),
+        archived_engine,
+    ),
+}
 
 
 def run_threads(
@@ -849,14 +1015,15 @@ def run_threads(
     return {thread: [shape(view) for view in views] for thread, views in model.views.items()}
 
 
+@pytest.mark.parametrize("engines", list(ENGINES.values()), ids=list(ENGINES))
 @pytest.mark.parametrize("mode", MODES)
-def test_interleaved_threads_get_the_views_each_gets_alone(mode: str) -> None:
-    together = run_threads(["a", "b"], mode, EnginePool(thread_engine))
-    alone = {
-        thread: run_threads([thread], mode, EnginePool(thread_engine))[thread]
-        for thread in ("a", "b")
-    }
-    shared = run_threads(["a", "b"], mode, thread_engine("shared"))
+def test_interleaved_threads_get_the_views_each_gets_alone(
+    mode: str, engines: tuple[Callable[[], EnginePool], Callable[[str], ContextEngine]]
+) -> None:
+    pool, one_engine = engines
+    together = run_threads(["a", "b"], mode, pool())
+    alone = {thread: run_threads([thread], mode, pool())[thread] for thread in ("a", "b")}
+    shared = run_threads(["a", "b"], mode, one_engine("shared"))
 
     assert len(together["a"]) == len(together["b"]) == 24
     assert together == alone

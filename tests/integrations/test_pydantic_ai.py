@@ -32,6 +32,7 @@ from pydantic_ai.models.instrumented import InstrumentationSettings
 from pydantic_ai.usage import RequestUsage
 
 from context_engine import ContextEngine, Message, RewriteEvent
+from context_engine.archive import REFERENCE_PATTERN, Archive, MemoryArchive, SQLiteArchive
 from context_engine.formats.pydantic_ai import REQUEST_KEY, from_pydantic_ai, to_pydantic_ai
 from context_engine.integrations._sizing import schema_text
 from context_engine.integrations.conversations import EnginePool
@@ -41,6 +42,17 @@ from context_engine.strategies import FullSummary, HardTruncate
 from context_engine.summarize.extractive import ExtractiveSummarizer
 from context_engine.summarize.request import SummaryRequest
 from context_engine.testing import FixedTokenCounter, RecordingSummarizer, synthetic_session
+from context_engine.tokens import REQUEST_OVERHEAD_TOKENS
+from tests.integrations.support import (
+    INSTRUCTIONS,
+    LOOP_STEPS,
+    TRIGGER,
+    WINDOWS,
+    grep_output,
+    grep_size,
+    orphans,
+    recall_all,
+)
 
 pytestmark = pytest.mark.extra("pydantic-ai")
 
@@ -616,30 +628,31 @@ def search_code(pattern: str, path: str, language: str, max_results: int) -> str
         language: Only files of this language: python, rust, go or typescript.
         max_results: Stop after this many matches; the rest are counted, not listed.
     """
-    return f"{pattern} in {path}:\n" + "\n".join(f"{path}/m{n}.py:{n}: match" for n in range(60))
+    return grep_output(pattern, max_results)
 
 
-SEARCH = {"path": "src", "language": "python", "max_results": 60}
-INSTRUCTIONS = "You search code bases and answer with file and line. " * 12
+class LoopModel:
+    """A FunctionModel body: ``steps`` searches with multi-thousand-token outputs, then ``done``.
 
-
-class RequestBiller(ScriptedModel):
-    """A ScriptedModel whose request size includes the tools and instructions it is sent.
-
-    It reports its usage as unmeasured (pydantic-ai would otherwise fill in a word-count
-    estimate), so the engine cannot learn their size from a provider anchor.
+    It records every request: the messages, the request's size counted with
+    the test counter, the tool definitions and instructions sent beside the
+    history included (what a provider bills), and the size the engine measured
+    for the view it handed out. It reports its usage as unmeasured:
+    FunctionModel would otherwise fill in a word-count estimate that the engine
+    would take as a provider's usage anchor.
     """
 
-    def __init__(self, counter: FixedTokenCounter) -> None:
-        super().__init__(
-            counter,
-            plan=lambda n: None if n >= 45 else ("search_code", SEARCH | {"pattern": f"f{n}"}),
-        )
+    def __init__(self, counter: FixedTokenCounter, steps: int, first: int = 0) -> None:
+        self.counter, self.steps, self.first = counter, steps, first
+        self.pool: EnginePool | None = None
+        self.views: list[list[Message]] = []
         self.requests: list[int] = []
+        self.measured: list[int] = []
         self.beside: list[int] = []
 
     def __call__(self, messages: list[pm.ModelMessage], info: AgentInfo) -> pm.ModelResponse:
-        response = super().__call__(messages, info)
+        view = from_pydantic_ai(messages)
+        self.views.append(view)
         tools = [*info.function_tools, *info.output_tools]
         schemas = schema_text(
             {"name": t.name, "description": t.description, "parameters": t.parameters_json_schema}
@@ -647,49 +660,115 @@ class RequestBiller(ScriptedModel):
         )
         beside = self.counter.count_text(schemas) + self.counter.count_text(info.instructions or "")
         self.beside.append(beside)
-        self.requests.append(self.tokens[-1] + beside)
-        return dataclasses.replace(response, usage=RequestUsage(unmeasured_requests=1))
+        counted = sum(self.counter.count_message(m) for m in view) + REQUEST_OVERHEAD_TOKENS
+        self.requests.append(counted + beside)
+        assert self.pool is not None
+        (conversation,) = self.pool  # one conversation per process
+        usage = self.pool.engine(conversation).usage
+        self.measured.append(usage.tokens if usage is not None else 0)
+        step = self.first + len(self.views) - 1
+        if step >= self.first + self.steps:
+            return pm.ModelResponse(parts=[pm.TextPart("done")], usage=UNMEASURED)
+        args = {"pattern": f"handler_{step}", "path": "src", "language": "python"}
+        parts = [
+            pm.TextPart(f"Searching for handler_{step} next. " + "Reasoning. " * 40),
+            pm.ToolCallPart("search_code", args | {"max_results": grep_size(step)}, f"c{step}"),
+        ]
+        return pm.ModelResponse(parts=parts, usage=UNMEASURED)
 
 
-async def sized_run(
-    counter: FixedTokenCounter, *, count_request: bool
-) -> tuple[RequestBiller, ContextEngine, Any]:
-    engine = ContextEngine.default(
-        100_000, summarizer=ExtractiveSummarizer(), token_counter=counter
+UNMEASURED = RequestUsage(unmeasured_requests=1)
+
+
+@attrs.define
+class LoopProcess:
+    """One "process" of an app: its own archive store object, pool, model and agent."""
+
+    agent: Agent[None, str]
+    model: LoopModel
+    pool: EnginePool
+    recorder: Recorder
+
+
+def start_process(
+    counter: FixedTokenCounter,
+    store: Archive,
+    window: int,
+    model: LoopModel,
+    *,
+    count_request: bool = True,
+) -> LoopProcess:
+    pool = EnginePool.archived(
+        store, 100_000, summarizer=ExtractiveSummarizer(), token_counter=counter
     )
-    model = RequestBiller(counter)
-    served = FallbackModel(
-        FunctionModel(model, profile={"context_window": 8_000}),
-        FunctionModel(model, profile={"context_window": 32_000}),
+    served = FallbackModel(  # its window is the smallest of its models': any may answer
+        FunctionModel(model, profile={"context_window": window}),
+        FunctionModel(model, profile={"context_window": 4 * window}),
     )
+    model.pool = pool
+    recorder = Recorder()
     capability = ContextEngineCapability(
-        engine, trigger=("fraction", 0.8), count_request=count_request
+        pool, trigger=("fraction", TRIGGER), count_request=count_request
     )
-    agent = Agent(served, instructions=INSTRUCTIONS, tools=[search_code], capabilities=[capability])
-    result = await agent.run("Find every definition.")
-    return model, engine, result
+    agent = Agent(
+        served, instructions=INSTRUCTIONS, tools=[search_code], capabilities=[recorder, capability]
+    )
+    return LoopProcess(agent, model, pool, recorder)
 
 
-async def test_the_window_comes_from_the_model_profile_and_tools_and_instructions_count(
-    counter: FixedTokenCounter, capsys: pytest.CaptureFixture[str]
+def assert_fits(process: LoopProcess, threshold: int) -> None:
+    """Every request at or under the threshold with tools and instructions, valid, no orphans."""
+    calls = zip(process.recorder.transcripts, process.model.views, strict=True)
+    for number, (transcript, view) in enumerate(calls):
+        measured, sent = process.model.measured[number], process.model.requests[number]
+        assert measured <= threshold, f"request {number}"
+        # pydantic-ai sends a tool result as one string: a result the engine wrote as two
+        # text blocks (a placeholder and its reference note) goes out joined by a newline
+        # the engine's per-block count leaves out, at most one token per result.
+        assert 0 <= sent - measured <= sum(m.role == "tool" for m in view), f"request {number}"
+        assert orphans(view) == [], f"request {number}"
+        assert check_view(plain(transcript), plain(view)) == [], f"request {number}"
+
+
+@pytest.mark.parametrize("window", WINDOWS, ids=[f"{w // 1000}k" for w in WINDOWS])
+async def test_a_long_loop_fits_with_tools_and_instructions_and_a_second_process_resumes_it(
+    counter: FixedTokenCounter, window: int, archive_file: Callable[[], SQLiteArchive]
 ) -> None:
-    model, engine, result = await sized_run(counter, count_request=True)
-    uncounted, _, _ = await sized_run(counter, count_request=False)
+    first = start_process(counter, archive_file(), window, LoopModel(counter, LOOP_STEPS))
+    result = await first.agent.run("Find every handler.")
+    uncounted = start_process(
+        counter, MemoryArchive(), window, LoopModel(counter, LOOP_STEPS), count_request=False
+    )
+    await uncounted.agent.run("Find every handler.")
 
-    assert result.output == "All modules read; done."
-    # The FallbackModel's window is the smallest of its models': any of them may answer.
-    assert (engine.context_window, engine.threshold) == (8_000, 6_400)
-    assert model.beside[0] > 300  # sizeable tools and instructions
-    assert engine.overhead_tokens == model.beside[-1]
-    assert len(model.requests) == 46
-    assert max(model.requests) <= 6_400
-    assert max(uncounted.requests) > 6_400
-    with capsys.disabled():
-        print(
-            f"\npydantic-ai 8k/0.8: request max {max(model.requests)} with tools and "
-            f"instructions counted, {max(uncounted.requests)} without "
-            f"(tools + instructions {model.beside[0]} tokens)"
-        )
+    threshold = int(window * TRIGGER)
+    (conversation,) = first.pool
+    engine = first.pool.engine(conversation)
+    assert result.output == "done"
+    assert (engine.context_window, engine.threshold) == (window, threshold)
+    assert first.model.beside[0] > 300  # sizeable tools and instructions
+    assert engine.overhead_tokens == first.model.beside[-1]
+    assert len(first.model.requests) == LOOP_STEPS + 1
+    assert_fits(first, threshold)
+    assert max(uncounted.model.requests) > threshold  # tools and instructions push it over
+    persisted = result.all_messages_json()  # what the app stores between requests
+    history = pm.ModelMessagesTypeAdapter.validate_json(persisted)
+    assert from_pydantic_ai(history)[0].is_summary  # the checkpoint is in the stored history
+
+    second = start_process(counter, archive_file(), window, LoopModel(counter, 3, LOOP_STEPS))
+    again = await second.agent.run("Find three more.", message_history=history)
+
+    assert again.output == "done"
+    assert list(second.pool) == [conversation]  # the id pydantic-ai stamped on the history
+    read = plain(second.recorder.transcripts[0])
+    assert read[:-1] == plain(from_pydantic_ai(history))  # the stored history, read back ...
+    assert second.model.views[0][0].text == read[0].text  # ... and sent from its checkpoint on
+    assert_fits(second, threshold)
+    kept = [m.text for m in from_pydantic_ai(history)]
+    recalled = await recall_all(second.pool.engine(conversation), kept)
+    outputs = {grep_output(f"handler_{n}", grep_size(n)) for n in range(LOOP_STEPS)}
+    assert outputs - set(kept)  # capped or summarized away from the history ...
+    assert outputs <= recalled | set(kept)  # ... and still whole in the archive
 
 
 async def test_an_explicit_window_wins_over_the_model_profile(counter: FixedTokenCounter) -> None:
@@ -711,6 +790,11 @@ async def test_an_explicit_window_wins_over_the_model_profile(counter: FixedToke
 
 
 # ------------------------------------------------------------ engines per conversation
+
+
+def masked(text: str) -> str:
+    """``text`` with every archive reference replaced by ``arc-*``."""
+    return REFERENCE_PATTERN.sub("arc-*", text)
 
 
 class ConversationModel:
@@ -736,7 +820,8 @@ class ConversationModel:
         tag = prompts[-1].split(":")[0]
         view = from_pydantic_ai(messages)
         self.views.setdefault(tag, []).append(
-            [(m.role, m.text, m.tool_calls, m.tool_call_id) for m in view]  # no timestamps
+            # No timestamps; archive references hash them, so they are masked too.
+            [(m.role, masked(m.text), m.tool_calls, m.tool_call_id) for m in view]
         )
         step = self.counts.get(tag, 0)
         self.counts[tag] = step + 1
@@ -763,19 +848,47 @@ class DownForConversationA:
         return self.inner(request)
 
 
+def conversation_options(counter: FixedTokenCounter) -> dict[str, Any]:
+    return {
+        "reserve_tokens": 1_500,
+        "tool_result_cap": None,
+        "summarizer": DownForConversationA(),
+        "token_counter": counter,
+        "max_consecutive_failures": 1,  # the breaker opens on the first failed summary
+        "breaker_cooldown_calls": 100,
+    }
+
+
 def conversation_engine(counter: FixedTokenCounter) -> Callable[[str], ContextEngine]:
     def build(conversation: str) -> ContextEngine:
+        return ContextEngine.default(6_000, **conversation_options(counter))
+
+    return build
+
+
+def archived_engine(counter: FixedTokenCounter) -> Callable[[str], ContextEngine]:
+    """`conversation_engine` keeping its originals in an archive of its own."""
+
+    def build(conversation: str) -> ContextEngine:
+        options = conversation_options(counter)
         return ContextEngine.default(
-            6_000,
-            reserve_tokens=1_500,
-            tool_result_cap=None,
-            summarizer=DownForConversationA(),
-            token_counter=counter,
-            max_consecutive_failures=1,
-            breaker_cooldown_calls=100,
+            6_000, archive=MemoryArchive(), session_id=conversation, **options
         )
 
     return build
+
+
+# How an app gets its engines: a pool, and the one engine a pool-less app would share.
+ENGINES: dict[str, Callable[[FixedTokenCounter], tuple[Callable[[], EnginePool], Any]]] = {
+    "a factory": lambda counter: (
+        lambda: EnginePool(conversation_engine(counter)),
+        conversation_engine(counter),
+    ),
+    "an archive": lambda counter: (
+        lambda: EnginePool.archived(MemoryArchive(), 6_000, **conversation_options(counter)),
+        archived_engine(counter),
+    ),
+}
 
 
 async def run_conversations(
@@ -801,13 +914,14 @@ async def run_conversations(
     return model.views
 
 
+@pytest.mark.parametrize("engines", list(ENGINES.values()), ids=list(ENGINES))
 async def test_interleaved_conversations_get_the_views_each_gets_alone(
-    counter: FixedTokenCounter,
+    counter: FixedTokenCounter, engines: Callable[[FixedTokenCounter], Any]
 ) -> None:
-    build = conversation_engine(counter)
-    together = await run_conversations(counter, ["a", "b"], EnginePool(build))
-    alone = {tag: (await run_conversations(counter, [tag], EnginePool(build)))[tag] for tag in "ab"}
-    shared = await run_conversations(counter, ["a", "b"], build("shared"))
+    pool, one_engine = engines(counter)
+    together = await run_conversations(counter, ["a", "b"], pool())
+    alone = {tag: (await run_conversations(counter, [tag], pool()))[tag] for tag in "ab"}
+    shared = await run_conversations(counter, ["a", "b"], one_engine("shared"))
 
     assert len(together["a"]) == len(together["b"]) == 24
     assert together == alone

@@ -29,6 +29,7 @@ from strands.telemetry import tracer as strands_tracer
 from strands.types.exceptions import ContextWindowOverflowException
 
 from context_engine import ContextEngine, ExtractiveSummarizer, Message, RewriteEvent, ToolCall
+from context_engine.archive import REFERENCE_PATTERN, Archive, MemoryArchive, SQLiteArchive
 from context_engine.errors import ConfigurationError
 from context_engine.formats.strands import from_strands, to_strands
 from context_engine.integrations._sizing import schema_text
@@ -38,6 +39,17 @@ from context_engine.invariants import check_view
 from context_engine.strategies import FullSummary, HardTruncate
 from context_engine.summarize.gate import last_failure_line
 from context_engine.testing import FixedTokenCounter, RecordingSummarizer, synthetic_session
+from context_engine.tokens import REQUEST_OVERHEAD_TOKENS
+from tests.integrations.support import (
+    INSTRUCTIONS,
+    LOOP_STEPS,
+    TRIGGER,
+    WINDOWS,
+    grep_output,
+    grep_size,
+    orphans,
+    recall_all,
+)
 
 pytestmark = pytest.mark.extra("strands")
 
@@ -587,20 +599,31 @@ def search_code(pattern: str, path: str, language: str, max_results: int) -> str
         language: Only files of this language: python, rust, go or typescript.
         max_results: Stop after this many matches; the rest are counted, not listed.
     """
-    return f"{pattern} in {path}:\n" + "\n".join(f"{path}/m{n}.py:{n}: match" for n in range(60))
+    return grep_output(pattern, max_results)
+
+
+def search(step: int) -> tuple[str, dict[str, Any]]:
+    """The ``step``-th search: a multi-thousand-token output."""
+    args = {"pattern": f"handler_{step}", "path": "src", "language": "python"}
+    return "search_code", args | {"max_results": grep_size(step)}
 
 
 class SizedModel(ScriptedModel):
-    """A ScriptedModel with a configured ``context_window_limit`` that is billed its tool specs.
+    """A minimal Strands model with a ``context_window_limit`` that is billed its tool specs.
 
-    It reports no usage (zero counts), so the engine cannot learn the specs'
-    size from a provider anchor.
+    By default it searches ``steps`` times from step ``first``, then reports. It
+    records each request's size with its tool specs (what a provider bills) and
+    reports no usage (zero counts), so the engine cannot learn the specs' size
+    from a provider anchor.
     """
 
-    def __init__(self, counter: FixedTokenCounter, window: int) -> None:
-        args = {"path": "src", "language": "python", "max_results": 60}
+    def __init__(
+        self, counter: FixedTokenCounter, window: int, steps: int = LOOP_STEPS, first: int = 0
+    ) -> None:
         super().__init__(
-            46, counter, plan=lambda n: None if n >= 45 else ("search_code", args | {"pattern": n})
+            steps + 1,
+            counter,
+            plan=lambda n: None if n >= steps else search(first + n),
         )
         self.window = window
         self.requests: list[int] = []
@@ -615,49 +638,122 @@ class SizedModel(ScriptedModel):
         self.specs = self.counter.count_text(schema_text(tool_specs or ()))
         async for event in super().stream(messages, tool_specs, system_prompt, **kwargs):
             if "metadata" in event:
-                self.requests.append(self.billed[-1] + self.specs)
+                self.requests.append(self.billed[-1] + REQUEST_OVERHEAD_TOKENS + self.specs)
                 usage = {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0}
                 event = {"metadata": {"usage": usage, "metrics": {"latencyMs": 1}}}
             yield event
 
 
-def sized_run(counter: FixedTokenCounter, *, count_request: bool) -> tuple[SizedModel, Run]:
-    engine = ContextEngine.default(
-        100_000, summarizer=ExtractiveSummarizer(), token_counter=counter
+@attrs.define
+class LoopProcess:
+    """One "process" of an app: its own archive store object, pool, model and agent."""
+
+    agent: Agent
+    model: SizedModel
+    pool: EnginePool
+    transcripts: list[list[dict[str, Any]]]
+
+
+def start_process(
+    counter: FixedTokenCounter,
+    store: Archive,
+    model: SizedModel,
+    *,
+    count_request: bool = True,
+    **agent_options: Any,
+) -> LoopProcess:
+    pool = EnginePool.archived(
+        store, 100_000, summarizer=ExtractiveSummarizer(), token_counter=counter
     )
-    model = SizedModel(counter, 8_000)
     manager = ContextEngineConversationManager(
-        engine, trigger=("fraction", 0.8), count_request=count_request
+        pool, trigger=("fraction", TRIGGER), count_request=count_request
     )
     agent = Agent(
         model=model,
         tools=[search_code, read_file],
-        system_prompt=SYSTEM,
+        system_prompt=INSTRUCTIONS,
         callback_handler=None,
         conversation_manager=manager,
+        **agent_options,
     )
-    agent("Find every handler.")
-    return model, Run(agent, manager, model, engine, [], [])
+    transcripts: list[list[dict[str, Any]]] = []
+    agent.add_hook(
+        lambda event: transcripts.append(copy.deepcopy(agent.messages)), BeforeModelCallEvent
+    )
+    return LoopProcess(agent, model, pool, transcripts)
 
 
-def test_the_window_comes_from_the_models_limit_and_tool_specs_count_on_every_call(
-    counter: FixedTokenCounter, capsys: pytest.CaptureFixture[str]
+def run_agent(agent: Agent, prompt: str, mode: str) -> Any:
+    if mode == "sync":
+        return agent(prompt)
+    return asyncio.run(agent.invoke_async(prompt))
+
+
+def assert_fits(process: LoopProcess, threshold: int) -> None:
+    """Every request at or under the threshold with its tool specs, valid, no orphan pairs."""
+    calls = zip(process.transcripts, process.model.received, strict=True)
+    for number, (transcript, received) in enumerate(calls):
+        view = from_strands(received, system_prompt=INSTRUCTIONS)
+        assert process.model.requests[number] <= threshold, f"request {number}"
+        assert orphans(view) == [], f"request {number}"
+        history = from_strands(bare(transcript), system_prompt=INSTRUCTIONS)
+        assert check_view(history, view) == [], f"request {number}"
+
+
+@pytest.mark.parametrize("window", WINDOWS, ids=[f"{w // 1000}k" for w in WINDOWS])
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_long_loop_fits_with_its_tool_specs_and_a_second_process_resumes_it(
+    counter: FixedTokenCounter,
+    mode: str,
+    window: int,
+    archive_file: Callable[[], SQLiteArchive],
+    tmp_path: Path,
 ) -> None:
-    model, run = sized_run(counter, count_request=True)
-    uncounted, _ = sized_run(counter, count_request=False)
+    def session() -> FileSessionManager:
+        return FileSessionManager(session_id="s1", storage_dir=str(tmp_path / "sessions"))
 
-    assert run.agent.messages[-1]["content"][0]["text"] == "All modules reviewed."
-    assert (run.engine.context_window, run.engine.threshold) == (8_000, 6_400)
-    assert model.specs > 200  # sizeable tool specs
-    assert run.engine.overhead_tokens == model.specs
-    assert len(model.requests) == 46
-    assert max(model.requests) <= 6_400
-    assert max(uncounted.requests) > 6_400
-    with capsys.disabled():
-        print(
-            f"\nstrands 8k/0.8: request max {max(model.requests)} with tool specs counted, "
-            f"{max(uncounted.requests)} without (specs {model.specs} tokens)"
-        )
+    first = start_process(
+        counter, archive_file(), SizedModel(counter, window), session_manager=session()
+    )
+    result = run_agent(first.agent, "Find every handler.", mode)
+    uncounted = start_process(
+        counter, MemoryArchive(), SizedModel(counter, window), count_request=False
+    )
+    run_agent(uncounted.agent, "Find every handler.", mode)
+
+    threshold = int(window * TRIGGER)
+    engine = first.pool.engine("s1/default")  # the session id and the agent id
+    assert str(result).strip() == "All modules reviewed."
+    assert (engine.context_window, engine.threshold) == (window, threshold)
+    assert first.model.specs > 200  # sizeable tool specs
+    assert engine.overhead_tokens == first.model.specs
+    assert len(first.model.requests) == LOOP_STEPS + 1
+    assert_fits(first, threshold)
+    assert max(uncounted.model.requests) > threshold  # the specs push it over
+    stored = session().read_agent("s1", "default")
+    assert stored is not None
+    head = from_strands(stored.conversation_manager_state["head"])
+    assert head[0].is_summary  # the checkpoint is in the session's persisted state
+
+    second = start_process(
+        counter,
+        archive_file(),
+        SizedModel(counter, window, steps=3, first=LOOP_STEPS),
+        session_manager=session(),
+    )
+    restored = from_strands(second.agent.messages)
+    assert restored[0].text == head[0].text  # the session manager restored the checkpoint
+    again = run_agent(second.agent, "Find three more.", mode)
+
+    assert str(again).strip() == "All modules reviewed."
+    resumed = from_strands(second.model.received[0], system_prompt=INSTRUCTIONS)
+    assert resumed[1].text == head[0].text  # sent from its checkpoint on
+    assert_fits(second, threshold)
+    kept = [m.text for m in restored]
+    recalled = asyncio.run(recall_all(second.pool.engine("s1/default"), kept))
+    outputs = {grep_output(f"handler_{n}", grep_size(n)) for n in range(LOOP_STEPS)}
+    assert outputs - set(kept)  # capped or summarized away from the history ...
+    assert outputs <= recalled | set(kept)  # ... and still whole in the archive
 
 
 def test_an_explicit_window_wins_over_the_models_limit(counter: FixedTokenCounter) -> None:
@@ -710,7 +806,11 @@ class SessionModel(ScriptedModel):
         self.tag = prompts[-1].split(":")[0]
         view = from_strands(messages, system_prompt=system_prompt)
         self.views.setdefault(self.tag, []).append(
-            [(m.role, m.text, m.tool_calls, m.tool_call_id) for m in view]
+            # Archive references hash message timestamps and ids: masked.
+            [
+                (m.role, REFERENCE_PATTERN.sub("arc-*", m.text), m.tool_calls, m.tool_call_id)
+                for m in view
+            ]
         )
         self.answered = self.counts.get(self.tag, 0)  # the session's own step (and call ids)
         async for event in super().stream(messages, tool_specs, system_prompt, **kwargs):
@@ -730,19 +830,45 @@ class DownForSessionA:
         return self.inner(request)
 
 
+def session_options(counter: FixedTokenCounter) -> dict[str, Any]:
+    return {
+        "reserve_tokens": 1_500,
+        "tool_result_cap": None,
+        "summarizer": DownForSessionA(),
+        "token_counter": counter,
+        "max_consecutive_failures": 1,  # the breaker opens on the first failed summary
+        "breaker_cooldown_calls": 100,
+    }
+
+
 def session_engine(counter: FixedTokenCounter) -> Callable[[str], ContextEngine]:
     def build(session: str) -> ContextEngine:
-        return ContextEngine.default(
-            6_000,
-            reserve_tokens=1_500,
-            tool_result_cap=None,
-            summarizer=DownForSessionA(),
-            token_counter=counter,
-            max_consecutive_failures=1,
-            breaker_cooldown_calls=100,
-        )
+        return ContextEngine.default(6_000, **session_options(counter))
 
     return build
+
+
+def archived_engine(counter: FixedTokenCounter) -> Callable[[str], ContextEngine]:
+    """`session_engine` keeping its originals in an archive of its own."""
+
+    def build(session: str) -> ContextEngine:
+        options = session_options(counter)
+        return ContextEngine.default(6_000, archive=MemoryArchive(), session_id=session, **options)
+
+    return build
+
+
+# How an app gets its engines: a pool, and the one engine a pool-less app would share.
+ENGINES: dict[str, Callable[[FixedTokenCounter], tuple[Callable[[], EnginePool], Any]]] = {
+    "a factory": lambda counter: (
+        lambda: EnginePool(session_engine(counter)),
+        session_engine(counter),
+    ),
+    "an archive": lambda counter: (
+        lambda: EnginePool.archived(MemoryArchive(), 6_000, **session_options(counter)),
+        archived_engine(counter),
+    ),
+}
 
 
 def run_sessions(
@@ -767,17 +893,18 @@ def run_sessions(
     return model.views
 
 
+@pytest.mark.parametrize("engines", list(ENGINES.values()), ids=list(ENGINES))
 def test_interleaved_sessions_get_the_views_each_gets_alone(
-    counter: FixedTokenCounter, tmp_path: Path
+    counter: FixedTokenCounter, tmp_path: Path, engines: Callable[[FixedTokenCounter], Any]
 ) -> None:
-    build = session_engine(counter)
-    pool = EnginePool(build)
+    make_pool, one_engine = engines(counter)
+    pool = make_pool()
     together = run_sessions(counter, ["a", "b"], pool, tmp_path / "together")
     alone = {
-        tag: run_sessions(counter, [tag], EnginePool(build), tmp_path / f"alone-{tag}")[tag]
+        tag: run_sessions(counter, [tag], make_pool(), tmp_path / f"alone-{tag}")[tag]
         for tag in "ab"
     }
-    shared = run_sessions(counter, ["a", "b"], build("shared"), tmp_path / "shared")
+    shared = run_sessions(counter, ["a", "b"], one_engine("shared"), tmp_path / "shared")
 
     assert len(together["a"]) == len(together["b"]) == 24
     assert list(pool) == ["a/default", "b/default"]  # session id and agent id
