@@ -62,6 +62,9 @@ OFFLINE_ENV_VAR = "CONTEXT_ENGINE_OFFLINE"
 MESSAGE_OVERHEAD_TOKENS = 4
 NAME_OVERHEAD_TOKENS = 1
 TOOL_CALL_OVERHEAD_TOKENS = 3
+# Runtimes that send a message's text blocks as one string (pydantic-ai's tool
+# results) join them with a newline: one token for each text block after the first.
+TEXT_SEPARATOR_TOKENS = 1
 # The assistant's reply is primed with a few tokens on every request.
 REQUEST_OVERHEAD_TOKENS = 3
 # A 1024x1024 image at OpenAI's high detail; providers differ, all are estimates.
@@ -140,9 +143,11 @@ class _CachingCounter:
         total = MESSAGE_OVERHEAD_TOKENS
         if message.name:
             total += NAME_OVERHEAD_TOKENS + self.count_text(message.name)
+        texts = 0
         for block in message.content:
             if isinstance(block, TextBlock):
                 total += self.count_text(block.text)
+                texts += 1
             elif isinstance(block, ThinkingBlock):
                 total += self.count_text(block.thinking)
             elif isinstance(block, ToolCall):
@@ -153,7 +158,7 @@ class _CachingCounter:
                 )
             elif isinstance(block, ImageBlock):
                 total += self.image_tokens
-        return total
+        return total + TEXT_SEPARATOR_TOKENS * max(0, texts - 1)
 
 
 def _content_bytes(message: Message) -> int:

@@ -34,6 +34,7 @@ from context_engine.tokens import (
     NAME_OVERHEAD_TOKENS,
     OFFLINE_ENV_VAR,
     REQUEST_OVERHEAD_TOKENS,
+    TEXT_SEPARATOR_TOKENS,
     TOOL_CALL_OVERHEAD_TOKENS,
     HeuristicCounter,
     TiktokenCounter,
@@ -119,6 +120,17 @@ CALL = ToolCall("call_1", "read_file", '{"path": "src/app.py"}')
             [],
             1,
         ),
+        (
+            Message(
+                "tool",
+                (TextBlock("[cleared]"), TextBlock("recall: arc-1")),
+                tool_call_id="call_2",
+                name="t",
+            ),
+            ["t", "[cleared]", "recall: arc-1"],
+            [],
+            0,
+        ),
     ],
     ids=[
         "user-text",
@@ -130,6 +142,7 @@ CALL = ToolCall("call_1", "read_file", '{"path": "src/app.py"}')
         "tool-result-with-name",
         "thinking-and-text",
         "text-and-image",
+        "two-text-blocks",
     ],
 )
 def test_message_count_is_text_tokens_plus_documented_framing(
@@ -144,7 +157,21 @@ def test_message_count_is_text_tokens_plus_documented_framing(
     expected += NAME_OVERHEAD_TOKENS if message.name else 0
     expected += sum(TOOL_CALL_OVERHEAD_TOKENS + n(enc, c.name) + n(enc, c.arguments) for c in calls)
     expected += images * DEFAULT_IMAGE_TOKENS
+    texts = sum(isinstance(b, TextBlock) for b in message.content)
+    expected += TEXT_SEPARATOR_TOKENS * max(0, texts - 1)
     assert exact.count_message(message) == expected
+
+
+def test_text_blocks_count_the_newline_a_runtime_joins_them_with(
+    exact: TiktokenCounter, enc: tiktoken.Encoding
+) -> None:
+    """pydantic-ai sends a tool result's text blocks as one string: the count covers it."""
+    blocks = ("[output cleared: 4,210 tokens]", "recall it with arc-7f3a")
+    message = Message(
+        "tool", tuple(TextBlock(b) for b in blocks), tool_call_id="call_1", name="search"
+    )
+    joined = Message.tool("call_1", "\n".join(blocks), name="search")
+    assert exact.count_message(message) >= exact.count_message(joined)
 
 
 def test_checkpoint_counts_as_its_rendered_text(

@@ -763,8 +763,14 @@ def start_process(
     *,
     count_request: bool = True,
 ) -> LoopProcess:
+    # Every checkpoint is committed: past the per-request cap a call is sent an extracted
+    # digest that is not, and the stored history would not start from the newest one.
     pool = EnginePool.archived(
-        store, 100_000, summarizer=ExtractiveSummarizer(), token_counter=COUNTER
+        store,
+        100_000,
+        summarizer=ExtractiveSummarizer(),
+        token_counter=COUNTER,
+        max_llm_rewrites_per_request=None,
     )
     model = LoopModel(messages=script, profile={"max_input_tokens": window})
     middleware = ContextEngineMiddleware(

@@ -662,8 +662,14 @@ def start_process(
     count_request: bool = True,
     **agent_options: Any,
 ) -> LoopProcess:
+    # Every checkpoint is committed: past the per-request cap a call is sent an extracted
+    # digest that is not, and the stored history would not start from the newest one.
     pool = EnginePool.archived(
-        store, 100_000, summarizer=ExtractiveSummarizer(), token_counter=counter
+        store,
+        100_000,
+        summarizer=ExtractiveSummarizer(),
+        token_counter=counter,
+        max_llm_rewrites_per_request=None,
     )
     manager = ContextEngineConversationManager(
         pool, trigger=("fraction", TRIGGER), count_request=count_request
