@@ -44,7 +44,7 @@ from context_engine.strategies._shorten import (
 )
 from context_engine.strategies.base import Budget, Removal, StrategyResult
 from context_engine.structure import CAPPED_KEY, CLEARED_KEY, analyze
-from context_engine.tokens import TokenCounter
+from context_engine.tokens import TEXT_SEPARATOR_TOKENS, TokenCounter
 
 __all__ = ["MIN_CAP_TOKENS", "ToolResultCap", "cap_to_fit", "cap_tool_result"]
 
@@ -155,7 +155,9 @@ def _cap(
     message: Message, cap: int, counter: TokenCounter, archiving: bool, archive_down: bool = False
 ) -> tuple[Message, Removal | None]:
     note = _NOTE if archiving else UNARCHIVED_NOTE if archive_down else ""
-    body_cap = max(MIN_CAP_TOKENS // 2, cap - counter.count_text(note)) if note else cap
+    # The note is a text block of its own: its tokens and the separator before it.
+    note_tokens = counter.count_text(note) + TEXT_SEPARATOR_TOKENS if note else 0
+    body_cap = max(MIN_CAP_TOKENS // 2, cap - note_tokens) if note else cap
     key = (CAPPED_KEY, body_cap, counter.key)
     shorter = derived_copy(message, key, _capped, body_cap, counter)
     removal = Removal("tool_result", (message,))
