@@ -18,7 +18,7 @@ from __future__ import annotations
 import attrs
 
 from context_engine.messages import Message
-from context_engine.tokens import TokenCounter
+from context_engine.tokens import REQUEST_OVERHEAD_TOKENS, TokenCounter
 
 __all__ = ["MASK_KEEP", "MASK_PLACEHOLDER", "Baselines"]
 
@@ -90,7 +90,8 @@ class Baselines:
         if without <= self.threshold:
             self._sent_from = self._lead
             return without
-        room = self.threshold - self.overhead - self._lead_tokens
+        fixed = self.overhead + REQUEST_OVERHEAD_TOKENS + self._lead_tokens  # as `without` counts
+        room = self.threshold - fixed
         last = len(self._messages) - 1
         while self._start < last and (
             self._kept_tokens > room or self._messages[self._start].role == "tool"
@@ -98,7 +99,7 @@ class Baselines:
             self._kept_tokens -= self._counts[self._start]
             self._start += 1
         self._sent_from = self._start
-        return self.overhead + self._lead_tokens + self._kept_tokens
+        return fixed + self._kept_tokens
 
     def masked(self, without: int) -> int:
         """Tokens of the call with older tool results masked."""

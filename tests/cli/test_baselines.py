@@ -9,7 +9,7 @@ from typing import Any
 
 from context_engine import Message, ToolCall
 from context_engine.cli._baselines import MASK_KEEP, Baselines
-from context_engine.tokens import TiktokenCounter
+from context_engine.tokens import REQUEST_OVERHEAD_TOKENS, TiktokenCounter
 from tests.cli.conftest import Runner
 
 EXACT = ("--encoding", "cl100k_base")
@@ -83,7 +83,8 @@ def test_trim_last_keeps_the_system_prompt_and_the_task_and_never_starts_on_a_to
     assert baselines.kept_from > 2
     assert kept[0].role != "tool"
     assert baselines.trimmed_prompt() == (messages[0], messages[1], *kept)
-    assert trimmed == sum(counter.count_message(m) for m in baselines.trimmed_prompt())
+    prompt = sum(counter.count_message(m) for m in baselines.trimmed_prompt())
+    assert trimmed == prompt + REQUEST_OVERHEAD_TOKENS  # the reply priming, as without
 
 
 def test_hard_trimming_sends_a_call_that_fits_whole() -> None:
