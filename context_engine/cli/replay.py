@@ -32,7 +32,7 @@ from context_engine.formats.diagnostics import cache_miss_of
 from context_engine.invariants import check_view
 from context_engine.messages import Message
 from context_engine.pipeline import is_deliberate_skip
-from context_engine.pricing import CachePricing
+from context_engine.pricing import CachePricing, pricing_for
 from context_engine.summarize.request import Summarizer
 from context_engine.tokens import DEFAULT_ENCODING, TokenCounter, estimate_from_counts
 
@@ -220,7 +220,7 @@ def replay(
     providers: Sequence[ContextProvider] = (),
     overhead_tokens: int = 0,
     keep_recent_tokens: int | None = None,
-    pricing: CachePricing | None = None,
+    pricing: CachePricing | str | None = None,
 ) -> ReplayReport:
     """Replay ``messages`` through a fresh engine, one LLM call per assistant message.
 
@@ -243,14 +243,16 @@ def replay(
             schemas); counted with and without the engine.
         keep_recent_tokens: What ``full_summary`` keeps verbatim; None for its default.
         pricing: Prices every call with the engine, with the whole history and
-            with trim-last under this provider's prompt cache (`ReplayReport.cost`);
-            the engine gets it too, so rewrite events carry their cost.
+            with trim-last under this provider's prompt cache (`ReplayReport.cost`):
+            a `CachePricing` or a family of `CACHE_PRICING`. The engine gets it
+            too, so rewrite events carry their cost.
 
     Raises:
         CliError: ``full_summary`` is listed without a summarizer.
         ConfigurationError: the window or reserve cannot work.
     """
     started = time.perf_counter()
+    pricing = pricing_for(pricing) if pricing is not None else None
     counting = CountingSummarizer(summarizer) if summarizer is not None else None
     events: list[RewriteEvent] = []
     engine = ContextEngine(

@@ -228,6 +228,16 @@ def test_without_a_pricing_nothing_is_priced() -> None:
     assert all(call.cost is None for call in report.calls)
 
 
+def test_a_pricing_may_be_named_by_its_family() -> None:
+    named = replay(agent_session(4), window=200_000, token_counter=COUNTER, pricing="openai")
+    given = replay(
+        agent_session(4), window=200_000, token_counter=COUNTER, pricing=CACHE_PRICING["openai"]
+    )
+    assert named.cost is not None
+    assert named.cost.family == "openai"
+    assert named.cost == given.cost
+
+
 # -- the command ---------------------------------------------------------------------------------
 
 EXACT = ("--encoding", "cl100k_base")
@@ -282,6 +292,11 @@ def test_the_html_report_marks_every_cache_break_and_lists_its_source(
     for source, count in cost["engine"]["breaks_by_source"].items():
         assert f"<td>{source}</td><td class=n>{count:,}</td>" in page
     assert "cache break</text>" in page  # the chart's legend
+    rewrites: Any = ran.json()["rewrites"]
+    costs = [r["cost"] for r in rewrites if r["changed"]]
+    assert costs
+    assert all(c is not None for c in costs)
+    assert any(c["invalidated_tokens"] > 0 for c in costs)
 
 
 @pytest.mark.parametrize(
