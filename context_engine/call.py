@@ -22,7 +22,7 @@ from context_engine._transcript import recovery_target
 from context_engine.assembly.assembler import removal_decisions
 from context_engine.assembly.trace import EMPTY_TRACE, AssemblyTrace
 from context_engine.breaker import CircuitBreaker
-from context_engine.cache_cost import estimate_call
+from context_engine.cache_cost import CacheEstimate, estimate_call
 from context_engine.errors import CompactionError
 from context_engine.events import ContextUsage, RewriteEvent, RewriteReason, Scope
 from context_engine.messages import Message
@@ -260,6 +260,8 @@ async def finish(
     ):
         # The common case (a `project` that fits): the input is the new baseline, no report.
         usage = _remember(call, outcome, call.estimate, None, desk)
+        if usage.cache is not None:
+            _count_cost(call, usage.cache, desk)
         return Projection(messages=outcome.view, usage=usage, changed=False)
     floor = outcome.floor
     if floor is None and outcome.tokens > call.threshold:
@@ -272,6 +274,8 @@ async def finish(
     )
     cached_before = desk.session.last.estimate.tokens if desk.session.last else 0
     usage = _remember(call, outcome, view_estimate, commit, desk)
+    if usage.cache is not None:
+        _count_cost(call, usage.cache, desk)
     view, trace = _assembled(call, outcome, desk)
     for step in outcome.steps:
         if step.applied:
@@ -282,6 +286,7 @@ async def finish(
         floor_tokens = (floor or 0) if futile else 0
         event = _event(call, outcome, usage, commit, desk.session, floor_tokens, view, trace)
         event = priced(event, call, cached_before)
+        _count_break(call, event, desk)
         _log(event)
         label = "on_recover" if call.operation == "recover_overflow" else f"on_{call.operation}"
         await call_hook(label, desk.hooks.for_operation(call.operation), event)
@@ -322,6 +327,24 @@ def _assembled(
     if call.assembly is None:
         return outcome.view, AssemblyTrace(decisions=rewrites)
     return call.assembly.finish(outcome.view, rewrites)
+
+
+def _count_cost(call: Call, cache: CacheEstimate, desk: Desk) -> None:
+    """Count a view's modelled cache reads, writes and cost, when it is sent to a model.
+
+    A compaction's view is not sent itself: the next ``project`` counts it.
+    """
+    pricing = call.settings.pricing
+    if pricing is not None and call.operation != "compact":
+        desk.telemetry.prompt_cost(call.operation, pricing.family, cache)
+
+
+def _count_break(call: Call, event: RewriteEvent, desk: Desk) -> None:
+    """Count a rewrite that invalidated cached tokens, when the engine has a pricing."""
+    pricing = call.settings.pricing
+    if pricing is not None and event.cost is not None:
+        reason = _metric_reason(call)
+        desk.telemetry.cache_break(event.strategy, reason, pricing.family, event.cost)
 
 
 def _metric_reason(call: Call) -> str:

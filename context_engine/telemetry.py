@@ -16,6 +16,11 @@ Spans: ``context_engine.project`` / ``context_engine.compact`` /
 ``context_engine.recover_overflow`` for each engine call, a child
 ``context_engine.strategy`` per strategy run, and a GenAI-convention child
 (``chat {model}``) per summarizer call.
+
+With a pricing on the engine, each view handed out for a model call
+(``project``, ``recover_overflow``) also counts its expected cache reads and
+writes and its modelled cost, and each rewrite that invalidated cached
+tokens counts as a cache break (`Telemetry.prompt_cost`, `Telemetry.cache_break`).
 """
 
 from __future__ import annotations
@@ -27,10 +32,13 @@ import time
 import traceback
 from collections.abc import Iterator
 from contextvars import ContextVar
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics, trace
 from opentelemetry.trace import INVALID_SPAN, Span, SpanKind, Status, StatusCode
+
+if TYPE_CHECKING:
+    from context_engine.cache_cost import CacheEstimate, RewriteCost
 
 __all__ = ["Telemetry", "current_telemetry", "record_model_usage"]
 
@@ -119,7 +127,41 @@ class Telemetry:
             unit="{engine}",
             description="Engines whose circuit breaker is open",
         )
+        self._cache_instruments(meter)
         self._llm_seconds = 0.0
+
+    def _cache_instruments(self, meter: Any) -> None:
+        """The prompt-cache and cost instruments (recorded only with a pricing)."""
+        self.cache_read_tokens = meter.create_counter(
+            "context_engine.cache.read_tokens",
+            unit="{token}",
+            description="Prompt tokens expected to be read from the provider's prompt cache",
+        )
+        self.cache_write_tokens = meter.create_counter(
+            "context_engine.cache.write_tokens",
+            unit="{token}",
+            description="Prompt tokens expected to be written to the cache (or sent uncached)",
+        )
+        self.prompt_units = meter.create_counter(
+            "context_engine.prompt.cost",
+            unit="{input_token}",
+            description="Modelled prompt cost, in tokens at the model's base input price",
+        )
+        self.prompt_dollars = meter.create_counter(
+            "context_engine.prompt.dollars",
+            unit="{USD}",
+            description="Modelled prompt cost in US dollars (when the pricing has a price)",
+        )
+        self.cache_breaks = meter.create_counter(
+            "context_engine.cache.breaks",
+            unit="{rewrite}",
+            description="Rewrites that changed a prompt prefix the provider had cached",
+        )
+        self.cache_invalidated = meter.create_histogram(
+            "context_engine.cache.invalidated_tokens",
+            unit="{token}",
+            description="Cached tokens a rewrite invalidated (written again instead of read)",
+        )
 
     @staticmethod
     def disabled() -> Telemetry:
@@ -211,6 +253,27 @@ class Telemetry:
         labels = {"context_engine.strategy": strategy, "context_engine.reason": reason}
         _safely(self.rewrites.add, 1, labels)
         _safely(self.tokens_saved.record, max(0, tokens_saved), labels)
+
+    def prompt_cost(self, operation: str, family: str, cache: CacheEstimate) -> None:
+        """Count one view's expected cache reads and writes and its modelled cost."""
+        labels = {"context_engine.operation": operation, "context_engine.pricing.family": family}
+        _safely(self.cache_read_tokens.add, cache.cached_tokens, labels)
+        _safely(self.cache_write_tokens.add, cache.uncached_tokens, labels)
+        _safely(self.prompt_units.add, cache.cost, labels)
+        if cache.dollars is not None:
+            _safely(self.prompt_dollars.add, cache.dollars, labels)
+
+    def cache_break(self, strategy: str, reason: str, family: str, cost: RewriteCost) -> None:
+        """Count a rewrite that invalidated cached tokens (nothing when it invalidated none)."""
+        if cost.invalidated_tokens <= 0:
+            return
+        labels = {
+            "context_engine.strategy": strategy,
+            "context_engine.reason": reason,
+            "context_engine.pricing.family": family,
+        }
+        _safely(self.cache_breaks.add, 1, labels)
+        _safely(self.cache_invalidated.record, cost.invalidated_tokens, labels)
 
     def breaker_moved(self, opened: bool) -> None:
         """Record the breaker opening (a trip) or leaving the open state."""

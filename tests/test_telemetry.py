@@ -344,3 +344,75 @@ async def test_the_operation_span_carries_the_cache_estimate_and_dropped_reasoni
         span.attributes["context_engine.reasoning_tokens_dropped"]
         == result.event.reasoning_tokens_dropped
     )
+
+
+CACHE_METRICS = (
+    "context_engine.cache.read_tokens",
+    "context_engine.cache.write_tokens",
+    "context_engine.prompt.cost",
+    "context_engine.prompt.dollars",
+    "context_engine.cache.breaks",
+    "context_engine.cache.invalidated_tokens",
+)
+
+
+def total(otel: Otel, name: str) -> float:
+    return float(sum(p.value for p in otel.metric(name)))
+
+
+async def test_priced_calls_export_their_cache_reads_writes_and_cost_as_metrics(
+    otel: Otel,
+) -> None:
+    engine = otel.engine(window=200_000, reserve_tokens=None, pricing="anthropic")
+    session = agent_session(6, result_chars=2000)
+    results = [await engine.project(session[:n]) for n in (8, 12, len(session))]
+    caches = [r.usage.cache for r in results]
+    assert all(cache is not None for cache in caches)
+    estimates = [cache for cache in caches if cache is not None]
+    assert estimates[-1].cached_tokens > 0  # each call extends the last: the cache serves it
+    assert total(otel, "context_engine.cache.read_tokens") == sum(
+        c.cached_tokens for c in estimates
+    )
+    assert total(otel, "context_engine.cache.write_tokens") == sum(
+        c.uncached_tokens for c in estimates
+    )
+    assert total(otel, "context_engine.prompt.cost") == pytest.approx(
+        sum(c.cost for c in estimates)
+    )
+    dollars = sum(c.dollars or 0.0 for c in estimates)
+    assert total(otel, "context_engine.prompt.dollars") == pytest.approx(dollars)
+    (point,) = otel.metric("context_engine.prompt.dollars")
+    assert dict(point.attributes) == {
+        "context_engine.operation": "project",
+        "context_engine.pricing.family": "anthropic",
+    }
+    assert otel.metric("context_engine.cache.breaks") == []
+
+
+async def test_a_rewrite_that_invalidates_cached_tokens_counts_as_a_cache_break(
+    otel: Otel,
+) -> None:
+    engine = otel.engine(ShrinkToolResults(), window=3000, pricing="anthropic")
+    session = agent_session(12, result_chars=800)
+    await engine.project(session[:16])  # fits: what the provider caches
+    result = await engine.project(session)  # above the threshold: earlier results shrink
+    assert result.event is not None
+    assert result.event.cost is not None
+    invalidated = result.event.cost.invalidated_tokens
+    assert invalidated > 0
+    (breaks,) = otel.metric("context_engine.cache.breaks")
+    assert breaks.value == 1
+    assert breaks.attributes["context_engine.strategy"] == "shrink"
+    assert breaks.attributes["context_engine.reason"] == "threshold"
+    (histogram,) = otel.metric("context_engine.cache.invalidated_tokens")
+    assert (histogram.count, histogram.sum) == (1, invalidated)
+
+
+async def test_without_a_pricing_no_cache_or_cost_metric_is_recorded(otel: Otel) -> None:
+    engine = otel.engine(ShrinkToolResults(), window=3000)
+    session = agent_session(12, result_chars=800)
+    await engine.project(session[:16])
+    await engine.project(session)
+    assert otel.metric("context_engine.rewrites") != []
+    for name in CACHE_METRICS:
+        assert otel.metric(name) == [], name

@@ -15,6 +15,7 @@ from context_engine.cli._common import EXIT_OK, EXIT_USAGE, CliError
 from context_engine.cli._compact import run_compact
 from context_engine.cli._output import Output
 from context_engine.cli._pipeline import add_pipeline_options
+from context_engine.cli._prices import add_pricing_options
 from context_engine.cli._repair import run_repair
 from context_engine.cli._warnings import CliWarnings
 from context_engine.errors import ConfigurationError
@@ -184,6 +185,7 @@ def _add_replay_options(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="the call whose budget by source the HTML report shows (default: the largest)",
     )
+    add_pricing_options(parser)
     _json_option(parser, "every call, rewrite, total and problem")
 
 
@@ -195,8 +197,9 @@ def _add_replay(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         description="Feed the transcript to the engine as an agent loop would: project before "
         "each assistant message, commit checkpoints, recover views above the window. Report "
         "tokens per call with and without the engine, every rewrite, summarizer calls, prompt "
-        "prefix reuse and breaker trips. Exit 1 when a view broke an invariant, stayed above "
-        "the window, or a pipeline failed.",
+        "prefix reuse, breaker trips, and the modelled prompt cost under a provider's cache "
+        "(--pricing) with the engine, with the whole history and with trim-last. Exit 1 when "
+        "a view broke an invariant, stayed above the window, or a pipeline failed.",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

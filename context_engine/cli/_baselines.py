@@ -4,9 +4,10 @@ Sending the whole history ("without") is no baseline once it is above the
 window: the provider rejects it. A user without the engine does one of two
 things, and both are measured call by call on the same token counts:
 
-* **hard trimming to the window**: keep the leading system messages and the
-  newest messages that fit under the threshold, dropping the oldest (and a
-  tool result whose call was dropped);
+* **hard trimming to the window** (trim-last): keep the leading system
+  messages, the first user message (the task) and the newest messages that
+  fit under the threshold, dropping the oldest (and a tool result whose call
+  was dropped);
 * **observation masking**: replace every tool result but the newest
   `MASK_KEEP` with a short placeholder, keep everything else; it does not
   guarantee a fit.
@@ -17,7 +18,7 @@ from __future__ import annotations
 import attrs
 
 from context_engine.messages import Message
-from context_engine.tokens import TokenCounter
+from context_engine.tokens import REQUEST_OVERHEAD_TOKENS, TokenCounter
 
 __all__ = ["MASK_KEEP", "MASK_PLACEHOLDER", "Baselines"]
 
@@ -25,6 +26,7 @@ MASK_KEEP = 10
 """Tool results observation masking keeps whole: the newest ten, as in the usual setup."""
 MASK_PLACEHOLDER = "[tool output omitted]"
 """What observation masking leaves of an older tool result."""
+_LEAD_ROLES = ("system", "developer", "user")
 
 
 @attrs.define
@@ -42,13 +44,15 @@ class Baselines:
     overhead: int
     _messages: list[Message] = attrs.Factory(list)
     _counts: list[int] = attrs.Factory(list)
-    _lead: int = 0  # leading system/developer messages
+    _lead: int = 0  # leading system/developer messages and the task after them
     _lead_tokens: int = 0
+    _task: bool = False  # the lead ends with the first user message
     _start: int = 0  # first message hard trimming keeps after the lead
     _kept_tokens: int = 0  # tokens of messages[_start:]
     _results: list[int] = attrs.Factory(list)  # indexes of tool results, oldest first
     _masked_savings: int = 0
     _placeholder: int = 0
+    _sent_from: int = 0  # where the last priced call's kept part started
 
     def __attrs_post_init__(self) -> None:
         self._placeholder = self.counter.count_message(Message.tool("x", MASK_PLACEHOLDER))
@@ -59,7 +63,8 @@ class Baselines:
         index = len(self._messages)
         self._messages.append(message)
         self._counts.append(count)
-        if index == self._lead and message.role in ("system", "developer"):
+        if index == self._lead and not self._task and message.role in _LEAD_ROLES:
+            self._task = message.role == "user"
             self._lead += 1
             self._lead_tokens += count
             self._start = self._lead
@@ -76,18 +81,25 @@ class Baselines:
         """The first message hard trimming kept at the last trimmed call (after the lead)."""
         return self._start
 
+    def trimmed_prompt(self) -> tuple[Message, ...]:
+        """What hard trimming sent at the last call `trimmed` priced: the lead and the rest kept."""
+        return (*self._messages[: self._lead], *self._messages[self._sent_from :])
+
     def trimmed(self, without: int) -> int:
         """Tokens of the call after hard trimming; ``without`` when it fits already."""
         if without <= self.threshold:
+            self._sent_from = self._lead
             return without
-        room = self.threshold - self.overhead - self._lead_tokens
+        fixed = self.overhead + REQUEST_OVERHEAD_TOKENS + self._lead_tokens  # as `without` counts
+        room = self.threshold - fixed
         last = len(self._messages) - 1
         while self._start < last and (
             self._kept_tokens > room or self._messages[self._start].role == "tool"
         ):
             self._kept_tokens -= self._counts[self._start]
             self._start += 1
-        return self.overhead + self._lead_tokens + self._kept_tokens
+        self._sent_from = self._start
+        return fixed + self._kept_tokens
 
     def masked(self, without: int) -> int:
         """Tokens of the call with older tool results masked."""

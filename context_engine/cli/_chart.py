@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from html import escape
 
-from context_engine.cli.replay import ReplayReport, RewriteRecord
+from context_engine.cli.replay import CallRecord, ReplayReport, RewriteRecord
 
 __all__ = ["STRATEGY_COLOURS", "colour", "nice_ticks", "render_chart"]
 
@@ -29,6 +29,8 @@ WITH_COLOUR, WITHOUT_COLOUR = "#0072B2", "#8a8a8a"
 # Hard trimming, the baseline savings are measured against: black, dotted (every Okabe-Ito
 # hue but yellow, too pale for a thin line, already names a strategy).
 TRIMMED_COLOUR = "#000000"
+# Cache breaks: crosses in a row just above the strategy strip (the rewrites that caused them).
+BREAK_COLOUR, BREAK_RISE = "#111827", STRIP + 8
 
 
 def colour(strategy: str) -> str:
@@ -148,7 +150,24 @@ def _marker(scale: _Scale, record: RewriteRecord, tokens: int) -> str:
     )
 
 
-def _legend(strategies: Sequence[str], overflow: bool) -> str:
+def _break_marker(scale: _Scale, call: CallRecord) -> str:
+    """A cross above the strip at a call whose prompt broke the provider's cache ("" if none)."""
+    sent = call.cost.engine if call.cost is not None else None
+    if sent is None or sent.cache_break is None:
+        return ""
+    x, y = scale.x(call.call), TOP + scale.height - BREAK_RISE
+    title = (
+        f"<title>call {call.call}: cache break ({escape(sent.cache_break)}); "
+        f"{sent.cached_tokens:,} of {sent.tokens:,} prompt tokens read from the cache</title>"
+    )
+    return (
+        f'<path class="cache-break" d="M{x - 5:.1f},{y - 5:.1f} L{x + 5:.1f},{y + 5:.1f} '
+        f'M{x - 5:.1f},{y + 5:.1f} L{x + 5:.1f},{y - 5:.1f}" stroke="{BREAK_COLOUR}" '
+        f'stroke-width="2.2">{title}</path>'
+    )
+
+
+def _legend(strategies: Sequence[str], overflow: bool, breaks: bool = False) -> str:
     items = [
         (
             f'<line x1="0" y1="0" x2="26" y2="0" stroke="{WITH_COLOUR}" stroke-width="2.5"/>',
@@ -180,13 +199,23 @@ def _legend(strategies: Sequence[str], overflow: bool) -> str:
         items.append(
             ('<path d="M13,-7 L20,6 L6,6 Z" fill="white" stroke="#111827"/>', "overflow recovered")
         )
-    x, parts = LEFT, []
+    if breaks:
+        items.append(
+            (
+                f'<path d="M8,-5 L18,5 M8,5 L18,-5" stroke="{BREAK_COLOUR}" stroke-width="2.2"/>',
+                "cache break",
+            )
+        )
+    x, y, parts = LEFT, 36, []
     for sample, label in items:
+        width = 44 + 7 * len(label)
+        if x > LEFT and x + width > WIDTH - 8:  # a second row rather than off the edge
+            x, y = LEFT, y + 18
         parts.append(
-            f'<g transform="translate({x},40)">{sample}'
+            f'<g transform="translate({x},{y})">{sample}'
             f'<text x="32" y="4" class="legend">{escape(label)}</text></g>'
         )
-        x += 44 + 7 * len(label)
+        x += width
     return "".join(parts)
 
 
@@ -212,6 +241,7 @@ def render_chart(report: ReplayReport) -> str:
     tokens_at = {c.call: c.tokens for c in report.calls}
     shown = [r for r in report.rewrites if r.changed or r.reason == "circuit_breaker"]
     strategies = list(dict.fromkeys(r.strategy for r in shown))
+    breaks = [marker for marker in (_break_marker(scale, c) for c in report.calls) if marker]
     parts = [
         f'<svg viewBox="0 0 {WIDTH} {HEIGHT}" width="100%" role="img" '
         'aria-label="Prompt tokens per LLM call, with and without the engine">',
@@ -219,7 +249,7 @@ def render_chart(report: ReplayReport) -> str:
         f'<rect x="{LEFT}" y="{TOP - 1}" width="{scale.width}" height="{scale.height + 2}"/>'
         "</clipPath></defs>",
         f'<text x="{LEFT}" y="18" class="title">Prompt tokens per LLM call</text>',
-        _legend(strategies, any(r.reason == "overflow" for r in shown)),
+        _legend(strategies, any(r.reason == "overflow" for r in shown), bool(breaks)),
         *_axes(scale, y_ticks),
         '<g clip-path="url(#plot)">',
         _polyline(
@@ -244,6 +274,7 @@ def render_chart(report: ReplayReport) -> str:
         if shown
         else "",
         *(_marker(scale, r, tokens_at.get(r.call, r.tokens_after)) for r in shown),
+        *breaks,
         "</svg>",
     ]
     return "\n".join(part for part in parts if part)

@@ -28,6 +28,7 @@ from context_engine.cli._output import (
 )
 from context_engine.cli._pipeline import measure_overhead, pipeline_from_args
 from context_engine.cli._present import num, show_inspect, show_replay, show_trace
+from context_engine.cli._prices import pricing_from_args
 from context_engine.cli._repair import read_checked
 from context_engine.cli.replay import ReplayReport, replay
 from context_engine.messages import Message
@@ -81,6 +82,7 @@ def _replay(
     window: int,
     reserve: int | None,
     summarizer_spec: str,
+    transcript_format: str,
     archive: Archive | None = None,
     session_id: str | None = None,
     tools: tuple[Mapping[str, Any], ...] = (),
@@ -89,6 +91,9 @@ def _replay(
     summarizing = "full_summary" in strategies or "micro_summary" in strategies
     summarizer = build_summarizer(summarizer_spec) if summarizing else None
     overhead = measure_overhead(tools, getattr(args, "overhead", 0), resolve_counter(args.encoding))
+    pricing, unpriced = pricing_from_args(args.pricing, args.input_price, transcript_format)
+    if unpriced is not None:
+        out.warning(unpriced)
     calls = sum(1 for i, m in enumerate(messages) if i and m.role == "assistant")
     with out.progress(calls, "replaying") as bar:
         return replay(
@@ -106,6 +111,7 @@ def _replay(
             providers=providers,
             overhead_tokens=overhead.tokens,
             keep_recent_tokens=getattr(args, "keep_tail", None),
+            pricing=pricing,
         )
 
 
@@ -146,6 +152,7 @@ def run_replay(args: argparse.Namespace, out: Output) -> int:
             window=args.window,
             reserve=args.reserve,
             summarizer_spec=args.summarizer,
+            transcript_format=transcript.format,
             archive=archive,
             session_id=session if archive is not None else None,
             tools=transcript.tools,
@@ -194,5 +201,6 @@ def run_demo(args: argparse.Namespace, out: Output) -> int:
         window=window,
         reserve=None,
         summarizer_spec="extractive",
+        transcript_format=transcript.format,
     )
     return _publish(report, args, out, "context-engine demo: a long coding-agent session")

@@ -7,6 +7,7 @@ from html import escape
 
 from context_engine.cli._baselines import MASK_KEEP
 from context_engine.cli._chart import colour, render_chart
+from context_engine.cli._cost_view import cost_card, cost_html
 from context_engine.cli._present import num, percent, saved_share, session_rows
 from context_engine.cli.replay import ReplayReport
 
@@ -71,7 +72,7 @@ def _cards(report: ReplayReport) -> str:
         _card(
             "vs hard trimming",
             saved_share(t.tokens_trimmed, t.tokens),
-            f"{num(t.tokens_trimmed)} dropping the oldest messages to fit",
+            f"{num(t.tokens_trimmed)} with trim-last: the oldest messages dropped to fit",
             "good" if t.tokens <= t.tokens_trimmed else "",
         ),
         _card(
@@ -108,6 +109,9 @@ def _cards(report: ReplayReport) -> str:
             "bad" if report.problems else "good",
         ),
     ]
+    priced = cost_card(report)
+    if priced is not None:
+        cards.insert(1, _card(*priced))
     return '<div class="cards">' + "".join(cards) + "</div>"
 
 
@@ -203,8 +207,8 @@ def render_html(
         "Each point of a line is the prompt of one LLM call. The coloured strip at the "
         "bottom shows which strategy rewrote each call's view; diamonds and vertical lines "
         "mark rewrites committed to the transcript (a checkpoint or a cut); triangles mark "
-        "views above the window that went through overflow recovery. Hover a marker for "
-        "its numbers."
+        "views above the window that went through overflow recovery; crosses just above the "
+        "strip mark calls whose prompt broke the provider's cache. Hover a marker for its numbers."
     )
     return "\n".join(
         [
@@ -217,6 +221,7 @@ def render_html(
             _cards(report),
             f"<figure>{render_chart(report)}<figcaption>{escape(caption)}</figcaption></figure>",
             _budget_bars(report, call),
+            cost_html(report),
             "<h2>Rewrites by strategy</h2>",
             _strategy_table(report) or "<p>None.</p>",
             "<h2>Session</h2>",

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import attrs
 
 from context_engine.cli._baselines import MASK_KEEP
+from context_engine.cli._cost_view import show_cost
 from context_engine.cli._inspect import InspectReport
 from context_engine.cli._output import Output, Table
 from context_engine.cli.replay import ReplayReport, RewriteRecord
@@ -174,7 +175,7 @@ def replay_summary(report: ReplayReport) -> list[tuple[str, str]]:
         ("tokens sent", f"{num(totals.tokens)} with the engine"),
         (
             "vs hard trimming",
-            f"{num(totals.tokens_trimmed)} dropping the oldest messages to fit "
+            f"{num(totals.tokens_trimmed)} dropping the oldest messages to fit (trim-last) "
             f"({saved_share(totals.tokens_trimmed, totals.tokens)})",
         ),
         (
@@ -220,6 +221,7 @@ def show_replay(report: ReplayReport, out: Output) -> None:
     for label, value in replay_summary(report):
         out.line(f"  {label + ':':<20}{value}")
     out.line()
+    show_cost(report, out)
     out.table(session_table(report))
     if report.problems:
         out.line(f"{len(report.problems)} problem(s):")

