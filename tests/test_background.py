@@ -16,6 +16,9 @@ from typing import Any
 
 import attrs
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from context_engine import (
     ContextEngine,
@@ -531,4 +534,26 @@ async def test_below_the_pre_trigger_an_engine_with_background_checkpoints_does_
         assert result.event is None
         assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []
     assert summarizer.calls == 0
+    await engine.close()
+
+
+async def test_background_checkpoint_is_a_trace_of_its_own_with_its_summarizer_calls() -> None:
+    """The call that started it has returned: its span is a root, the summary calls its children."""
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    summarizer, written = HeldSummarizer(held=0), asyncio.Event()
+    engine = background_engine(summarizer, written, tracer_provider=provider)
+    await Agent(engine).until_pre_trigger()
+    await asyncio.wait_for(written.wait(), timeout=5)
+    finished = spans.get_finished_spans()
+    (background,) = [s for s in finished if s.name == "context_engine.background_checkpoint"]
+    assert background.parent is None
+    assert background.attributes is not None
+    assert background.attributes["context_engine.strategy.name"] == "full_summary"
+    chats = [s for s in finished if s.name.startswith("chat")]
+    assert chats
+    assert all(
+        s.parent is not None and s.parent.span_id == background.context.span_id for s in chats
+    )
     await engine.close()

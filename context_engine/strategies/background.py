@@ -58,12 +58,12 @@ class BackgroundSummary:
       being written is waited for (never longer than writing one then would
       take). When the result is still above the threshold the pipeline goes
       on from it, and this strategy updates the checkpoint incrementally.
-    * A precompute that fails review is discarded (cancelled when still
-      running), never swapped in; one that raised counts once on the breaker
-      at the call that would have used it.
+    * Otherwise (an edited or removed message, a commit, more growth) it is
+      discarded, cancelled when still running, never swapped in. One that
+      raised counts once on the breaker at the call that would have used it.
 
     Awaiting `ContextEngine.close` cancels a checkpoint still being written;
-    `ContextEngine.reset` and any commit discard it.
+    `ContextEngine.reset` discards it.
     """
 
     summary: ForceCompactionStrategy = attrs.field(validator=_force_capable)
