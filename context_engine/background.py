@@ -212,8 +212,12 @@ def look_ahead(
         if why is None:
             return  # written, or being written, for this transcript
         background.discard(why)
-    if _may_start(call, session) and not in_blocking_call():
+    if not _may_start(call, session) or in_blocking_call():
+        return
+    try:
         background.start(strategy, call, telemetry)
+    except Exception:  # the call already has its view: a checkpoint not started is no failure
+        logger.exception("strategy=<%s> | background checkpoint not started", strategy.name)
 
 
 async def swap_in(call: Call, background: Background, budget: Budget) -> Outcome | None:

@@ -30,6 +30,7 @@ from context_engine import (
     ToolCall,
 )
 from context_engine.archive import MemoryArchive
+from context_engine.background import Background
 from context_engine.strategies import (
     BackgroundSummary,
     Budget,
@@ -556,4 +557,23 @@ async def test_background_checkpoint_is_a_trace_of_its_own_with_its_summarizer_c
     assert all(
         s.parent is not None and s.parent.span_id == background.context.span_id for s in chats
     )
+    await engine.close()
+
+
+async def test_background_checkpoint_that_cannot_start_raises_into_no_call(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The call that passed the pre-trigger still gets its view; the problem is logged."""
+
+    def refuse(*args: object) -> None:
+        raise RuntimeError("event loop is shutting down")
+
+    monkeypatch.setattr(Background, "start", refuse)
+    summarizer = HeldSummarizer()
+    engine = background_engine(summarizer)
+    with caplog.at_level(logging.ERROR, logger="context_engine.engine"):
+        result = await Agent(engine).until_pre_trigger()
+    assert result.usage.fits
+    assert "background checkpoint not started" in caplog.text
+    assert summarizer.calls == 0
     await engine.close()
