@@ -62,6 +62,21 @@ def _close_main_loop() -> None:
 atexit.register(_close_main_loop)
 
 
+def in_blocking_call() -> bool:
+    """Whether the running event loop is the private one of a blocking twin (`run_blocking`).
+
+    That loop runs only while a blocking call does: a task left on it would
+    stand still between calls.
+    """
+    holder: _LoopHolder | None = getattr(_local, "holder", None)
+    if holder is None:
+        return False
+    try:
+        return asyncio.get_running_loop() is holder.loop
+    except RuntimeError:
+        return False
+
+
 def run_blocking(coroutine_factory: Callable[[], Coroutine[Any, Any, T]], method: str) -> T:
     """Run an engine coroutine to completion from synchronous code.
 

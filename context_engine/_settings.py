@@ -15,6 +15,7 @@ from context_engine.native.hook import is_native
 from context_engine.pricing import CachePricing, pricing_for
 from context_engine.reasoning import ReasoningPolicy, checked_reasoning_policy
 from context_engine.request_cap import DEFAULT_MAX_LLM_REWRITES, checked_cap
+from context_engine.strategies.background import BackgroundSummary
 from context_engine.strategies.base import Strategy, proactive_trigger
 from context_engine.summarize.pinned import Pinned, pinned_setting
 from context_engine.tokens import TokenCounter
@@ -88,6 +89,11 @@ def strategy_tuple(strategies: object) -> tuple[Strategy, ...]:
             "wrap a single strategy in a list"
         )
     checked = tuple(strategies)
+    if sum(isinstance(strategy, BackgroundSummary) for strategy in checked) > 1:
+        raise ConfigurationError(
+            "strategies hold more than one BackgroundSummary; the engine writes one "
+            "checkpoint ahead of time, so wrap one summary strategy"
+        )
     for strategy in checked:
         lacking = [
             member
@@ -159,6 +165,10 @@ class Settings:
     """The strategies that ask the provider to edit or compact (`context_engine.native`)."""
     proactive_at: int | None = attrs.field(init=False)
     """Tokens from which a `ProactiveStrategy` runs below the threshold, or None."""
+    background: BackgroundSummary | None = attrs.field(init=False)
+    """The strategy whose next checkpoint is written in the background, or None."""
+    background_at: int = attrs.field(init=False)
+    """Tokens of the view from which ``background`` starts (0 without one)."""
 
     @reserve_tokens.default
     def _reserve_tokens(self) -> int:
@@ -176,6 +186,15 @@ class Settings:
     def _proactive_at(self) -> int | None:
         trigger = proactive_trigger(self.strategies, self.window)
         return trigger if trigger is not None and trigger < self.threshold else None
+
+    @background.default
+    def _background(self) -> BackgroundSummary | None:
+        return next((s for s in self.strategies if isinstance(s, BackgroundSummary)), None)
+
+    @background_at.default
+    def _background_at(self) -> int:
+        background = self.background
+        return 0 if background is None else background.pre_trigger_tokens(self.threshold)
 
     @property
     def archiving(self) -> bool:

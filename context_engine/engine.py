@@ -4,7 +4,9 @@ A public call goes down once and comes back once: the engine builds a `Call`
 (one call's facts), runs the pipeline against it, keeps the originals the
 rewrite removed, and hands the outcome to `call.finish`, the one exit that
 remembers, reports and returns. The engine holds configuration and a
-`Session` (what lasts between calls); docs/engine.md draws the flow.
+`Session` (what lasts between calls); docs/engine.md draws the flow. With a
+`BackgroundSummary`, a call past its pre-trigger also leaves the next
+checkpoint being written behind it (`context_engine.background`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from context_engine.archive.base import Archive
 from context_engine.assembly.assembler import Assembler, assembler_of
 from context_engine.assembly.provider import ContextProvider
 from context_engine.assembly.transform import Transform
+from context_engine.background import look_ahead
 from context_engine.boundary import (
     DEFAULT_MIN_MESSAGES,
     DEFAULT_TRIGGER_TOKENS,
@@ -342,6 +345,16 @@ class ContextEngine:
         self._session.restart(transcript, self._meter.estimate(transcript, None))
         self._assembler.forget()
 
+    async def close(self) -> None:
+        """Stop the checkpoint being written in the background, if any (`BackgroundSummary`).
+
+        Await it when the agent session ends: the task is cancelled and
+        waited for, so nothing of the engine's is left on the event loop.
+        The engine stays usable; the next call past the pre-trigger starts
+        a new checkpoint.
+        """
+        await self._session.background.close()
+
     # -- one call ------------------------------------------------------------------
 
     def _desk(self) -> Desk:
@@ -390,6 +403,8 @@ class ContextEngine:
                 changed = await rewrite(call, session, self.on_strategy, extra.get("instructions"))
                 outcome = settle(call, await keep(call, changed))
             result = await finish(call, outcome, self._desk())
+            if settings.background is not None:  # the next checkpoint, written meanwhile
+                look_ahead(call, result.usage.tokens, result.commit is not None, session, telemetry)
             mark_span(span, result, session.breaker)
             return result
 

@@ -52,6 +52,9 @@ class SummaryInfo:
             provider's prompt cache, as their usage reported (0 when the
             summarizer reports no usage).
         cache_write_tokens: Input tokens the summary requests wrote to the cache.
+        background: The checkpoint was written in the background from an
+            earlier transcript and swapped in at the threshold
+            (`BackgroundSummary`); ``duration`` is the time it took there.
     """
 
     tokens_before: int
@@ -70,6 +73,7 @@ class SummaryInfo:
     rejected: str | None = None
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    background: bool = False
 
 
 @attrs.frozen(kw_only=True)

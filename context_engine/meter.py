@@ -258,10 +258,17 @@ class Meter:
         )
 
     def measurer(
-        self, transcript: tuple[Message, ...], estimate: UsageEstimate
+        self, transcript: tuple[Message, ...], estimate: UsageEstimate, *, detached: bool = False
     ) -> Callable[[Sequence[Message]], int]:
-        """Measure views derived from ``transcript`` on the scale of its estimate."""
+        """Measure views derived from ``transcript`` on the scale of its estimate.
+
+        ``detached``: for work that outlives the call (a background checkpoint):
+        the prefix sums are copied, since the next call's `counts` reuses the
+        list in place, and nothing is remembered for the call's own questions.
+        """
         cumulative, _ = self.counts(transcript)
+        if detached:
+            cumulative = list(cumulative)
         correction = estimate.tokens - cumulative[-1] - REQUEST_OVERHEAD_TOKENS
         count = self.counter.count_message
 
@@ -273,7 +280,7 @@ class Meter:
                 total = cumulative[-1] - before + sum(map(count, compress(view, changed)))
             else:
                 total = sum(map(count, view))
-            if isinstance(view, tuple):
+            if not detached and isinstance(view, tuple):
                 self._counted = (view, total)
             return max(0, total + REQUEST_OVERHEAD_TOKENS + correction)
 

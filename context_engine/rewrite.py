@@ -1,6 +1,7 @@
 """Which strategies one call runs, and keeping what they removed before the view goes out.
 
-`project` runs the pipeline (or reuses the last view plus what was appended);
+`project` runs the pipeline (or reuses the last view plus what was appended,
+or swaps in the checkpoint written in the background);
 `compact` and `recover_overflow` run the force-capable strategies first, then
 the rest of the pipeline when the view still does not fit. `keep` writes the
 originals a rewrite removed to the archive, or falls back to view-only
@@ -10,12 +11,13 @@ rewrites when the store fails.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
 
 from context_engine._originals import keep_within
+from context_engine.background import swap_in
 from context_engine.call import Call
 from context_engine.formats.breakpoints import keep_breakpoints
 from context_engine.past_cap import past_cap_strategies
@@ -23,7 +25,7 @@ from context_engine.pipeline import Outcome, run_forced, run_pipeline, run_unarc
 from context_engine.reasoning import drop_unbound_reasoning
 from context_engine.recovery import recovery_strategies
 from context_engine.session import Session
-from context_engine.strategies.base import Budget
+from context_engine.strategies.base import Budget, Strategy
 from context_engine.tiers import run_tier
 
 __all__ = ["keep", "rewrite", "settle", "unbind_reasoning"]
@@ -46,6 +48,9 @@ async def rewrite(
         extended = _extended(call, session, budget)
         if extended is not None:
             return extended
+        swapped = await swap_in(call, session.background, budget)  # written in the background
+        if swapped is not None:
+            return await _after_swap(call, swapped, strategies, budget, on_strategy)
         if call.capped:  # the request had its LLM rewrites: the checkpoint is extracted
             digested = await run_pipeline(
                 call, past_cap_strategies(strategies), call.transcript, budget, on_strategy
@@ -69,6 +74,29 @@ async def rewrite(
         call, rest, forced.view, budget.with_tokens(forced.tokens), on_strategy
     )
     return forced.then(more)
+
+
+async def _after_swap(
+    call: Call,
+    swapped: Outcome,
+    strategies: Sequence[Strategy],
+    budget: Budget,
+    on_strategy: Callable[[str], Any] | None,
+) -> Outcome:
+    """The pipeline from the swapped view while it is above the threshold.
+
+    Its summary step then updates the swapped checkpoint incrementally. After
+    a precompute that failed, the LLM strategies sit this call out: the
+    failure is this call's one summary attempt.
+    """
+    if swapped.tokens <= call.threshold:
+        return swapped
+    if swapped.llm_failed:
+        call = attrs.evolve(call, llm_blocked="")
+    more = await run_pipeline(
+        call, strategies, swapped.view, budget.with_tokens(swapped.tokens), on_strategy
+    )
+    return swapped.then(more)
 
 
 def _extended(call: Call, session: Session, budget: Budget) -> Outcome | None:

@@ -1,9 +1,14 @@
-"""What one engine remembers between calls: the last view, its estimates, the breaker, the stall."""
+"""What one engine remembers between calls: the last view, its estimates, the breaker, the stall.
+
+Also the checkpoint being written in the background, when the pipeline has a
+`BackgroundSummary` (`context_engine.background`).
+"""
 
 from __future__ import annotations
 
 import attrs
 
+from context_engine.background import Background
 from context_engine.breaker import CircuitBreaker
 from context_engine.events import ContextUsage, Scope
 from context_engine.messages import Message
@@ -66,21 +71,24 @@ class Session:
         stalled_at: The transcript's estimate when LLM strategies last ran and the
             view still did not fit; they run again only after real growth.
         requests: The LLM rewrites of the current request (the per-request cap).
+        background: The checkpoint being written ahead of time (`BackgroundSummary`).
     """
 
     breaker: CircuitBreaker
     last: Remembered | None = None
     stalled_at: int | None = None
     requests: RequestCap = attrs.Factory(RequestCap)
+    background: Background = attrs.Factory(Background)
 
     def seen(self) -> Seen | None:
         """The last call's input and view, for the meter."""
         return self.last.seen() if self.last is not None else None
 
     def reset(self) -> None:
-        """Forget the remembered view and the stall (the breaker keeps its count)."""
+        """Forget the remembered view, the stall and the background checkpoint (not the breaker)."""
         self.last = None
         self.stalled_at = None
+        self.background.discard("the engine was reset")
 
     def restart(self, transcript: tuple[Message, ...], estimate: UsageEstimate) -> None:
         """Forget the last view; ``transcript`` becomes the baseline (`ContextEngine.reset`)."""

@@ -15,7 +15,9 @@ that builds many attributes guards that work with ``span.is_recording()``.
 Spans: ``context_engine.project`` / ``context_engine.compact`` /
 ``context_engine.recover_overflow`` for each engine call, a child
 ``context_engine.strategy`` per strategy run, and a GenAI-convention child
-(``chat {model}``) per summarizer call.
+(``chat {model}``) per summarizer call. A checkpoint written in the background
+(`BackgroundSummary`) is a trace of its own, ``context_engine.background_checkpoint``,
+with its summarizer calls as children.
 
 With a pricing on the engine, each view handed out for a model call
 (``project``, ``recover_overflow``) also counts its expected cache reads and
@@ -26,6 +28,7 @@ tokens counts as a cache break (`Telemetry.prompt_cost`, `Telemetry.cache_break`
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import logging
 import time
@@ -220,6 +223,29 @@ class Telemetry:
         }
         with self._span("context_engine.strategy", attributes=attributes) as span:
             yield span
+
+    @contextlib.contextmanager
+    def background(self, name: str, tokens_before: int) -> Iterator[Span]:
+        """A root span for a checkpoint written in the background; current for its summarizer.
+
+        The work runs with a copy of this telemetry (the same tracer and
+        instruments) that keeps its own tally of model time, so the engine
+        time reported for the calls running meanwhile is not reduced by it.
+        Yields ``INVALID_SPAN`` (not recording) when spans go nowhere.
+        """
+        detached = copy.copy(self)
+        detached._llm_seconds = 0.0
+        token = _current.set(detached)
+        attributes = {
+            "context_engine.strategy.name": name,
+            "context_engine.tokens_before": tokens_before,
+        }
+        try:
+            span_name = "context_engine.background_checkpoint"
+            with detached._span(span_name, attributes=attributes) as span:
+                yield span
+        finally:
+            _current.reset(token)
 
     @contextlib.contextmanager
     def summarizer_call(self, summarizer: object, attributes: dict[str, Any]) -> Iterator[Span]:

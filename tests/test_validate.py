@@ -31,6 +31,7 @@ from context_engine.assembly import BudgetProfile, Item
 from context_engine.breaker import CircuitBreaker
 from context_engine.pricing import CACHE_PRICING
 from context_engine.strategies import (
+    BackgroundSummary,
     FullSummary,
     LightTrim,
     MicroSummary,
@@ -189,6 +190,18 @@ FLOAT_SETTINGS: list[tuple[str, Callable[[float], object]]] = [
         (f"micro-summary-{field}", partial(_micro_summary, field))
         for field in ("micro_trigger", "full_trigger", "min_removed_share", "max_checkpoint_share")
     ),
+    (
+        "background-pre-trigger",
+        lambda v: BackgroundSummary(
+            summary=FullSummary(summarizer=RecordingSummarizer()), pre_trigger=v
+        ),
+    ),
+    (
+        "background-growth-share",
+        lambda v: BackgroundSummary(
+            summary=FullSummary(summarizer=RecordingSummarizer()), max_growth_share=v
+        ),
+    ),
     ("pinned-share", lambda v: Pinned(source=["AGENTS.md: run make lint"], max_share=v)),
     ("rehydration-share", lambda v: Rehydration(max_share=v)),
     ("item-relevance", lambda v: Item(id="a", text="b", relevance=v)),
@@ -256,6 +269,8 @@ COVERED_FIELDS = {
     ("MicroSummary", "full_trigger"),
     ("MicroSummary", "min_removed_share"),
     ("MicroSummary", "max_checkpoint_share"),
+    ("BackgroundSummary", "pre_trigger"),
+    ("BackgroundSummary", "max_growth_share"),
     ("Pinned", "max_share"),
     ("Rehydration", "max_share"),
     ("Item", "relevance"),

@@ -1,5 +1,6 @@
 """Strategies the engine runs, cheapest first, while the view is above the threshold."""
 
+from context_engine.strategies.background import BackgroundSummary
 from context_engine.strategies.base import (
     Budget,
     ForceCompactionStrategy,
@@ -17,6 +18,7 @@ from context_engine.strategies.summary import FullSummary, PostSummaryHook
 from context_engine.strategies.tool_result_cap import ToolResultCap
 
 __all__ = [
+    "BackgroundSummary",
     "Budget",
     "ForceCompactionStrategy",
     "FullSummary",

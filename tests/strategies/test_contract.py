@@ -11,6 +11,7 @@ import pytest
 from context_engine import ConfigurationError, ContextEngine, Message
 from context_engine import strategies as exported
 from context_engine.strategies import (
+    BackgroundSummary,
     Budget,
     ForceCompactionStrategy,
     FullSummary,
@@ -35,8 +36,14 @@ BUILT_INS: list[tuple[Callable[[], object], str, bool, bool]] = [
     (lambda: MicroSummary(summarizer=RecordingSummarizer()), "micro_summary", True, False),
     (lambda: FullSummary(summarizer=RecordingSummarizer()), "full_summary", True, True),
     (HardTruncate, "hard_truncate", False, False),
+    (
+        lambda: BackgroundSummary(summary=FullSummary(summarizer=RecordingSummarizer())),
+        "full_summary",  # the wrapped summary's name: events and commits read as before
+        True,
+        True,
+    ),
 ]
-IDS = [name for _, name, _, _ in BUILT_INS]
+IDS = [type(factory()).__name__ for factory, _, _, _ in BUILT_INS]
 
 
 def test_every_exported_strategy_class_is_in_the_table() -> None:
