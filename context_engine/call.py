@@ -29,7 +29,7 @@ from context_engine.messages import Message
 from context_engine.meter import Meter
 from context_engine.native.hook import request_options_for
 from context_engine.pipeline import BREAKER_OPEN, Outcome, is_deliberate_skip
-from context_engine.request_cap import cap_reached
+from context_engine.request_cap import CAP_REACHED, cap_reached
 from context_engine.results import CompactResult, Projection, RecoveryResult
 from context_engine.session import Remembered, Session
 from context_engine.strategies.base import Budget, Strategy
@@ -489,7 +489,10 @@ def _event(
 
 def _log(event: RewriteEvent) -> None:
     errors = [f"{step.name}: {step.error}" for step in event.steps if step.error]
-    log = logger.warning if errors else logger.info
+    # Past the per-request cap every call of a long request skips the summary on purpose:
+    # that is the cap working, not something an operator must look at.
+    capped = all(s.error.startswith(CAP_REACHED) for s in event.steps if s.error)
+    log = logger.warning if errors and not capped else logger.info
     log(
         "strategy=<%s> reason=<%s> tokens_before=<%d> tokens_after=<%d> committed=<%s> "
         "futile=<%s> failures=<%d> errors=<%s> | view rewritten",
