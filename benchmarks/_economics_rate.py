@@ -12,14 +12,29 @@ Pure functions over the outcome rows ``economics.py`` writes.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 Row = dict[str, Any]
-ORDER = ("context_engine", "langchain_summarization", "observation_masking", "no_management")
+TIERED = "context_engine_micro"
+TIERED_STRATEGIES = (
+    "tool_result_microcompact",
+    "light_trim",
+    "micro_summary",
+    "full_summary",
+    "hard_truncate",
+)
+ORDER = (
+    "context_engine",
+    TIERED,
+    "langchain_summarization",
+    "observation_masking",
+    "no_management",
+)
 NAMES = {
     "context_engine": "context-engine",
+    TIERED: "context-engine + `MicroSummary`",
     "langchain_summarization": "LangChain summarization",
     "observation_masking": "observation masking",
     "no_management": "no management",
@@ -118,10 +133,41 @@ def before_after_lines(before: Sequence[Row], after: Sequence[Row]) -> list[str]
     return _table(header, body)
 
 
+def tiered_rows(
+    transcripts: Sequence[tuple[str, Any]],
+    windows: Sequence[int],
+    counter: Any,
+    run: Callable[..., Any],
+) -> list[Row]:
+    """The engine's pipeline with the micro tier before its full summary, on every transcript.
+
+    ``run`` is ``economics.run_context_engine``; the rows are reported here
+    only, beside the default pipeline's (the micro tier is opt-in).
+    """
+    return [
+        run(name, messages, window, counter, TIERED_STRATEGIES, TIERED).as_dict()
+        for window in windows
+        for name, messages in transcripts
+    ]
+
+
 def load_outcomes(path: Path) -> list[Row]:
     """The outcome rows of a JSON file ``economics.py`` wrote."""
     rows: list[Row] = json.loads(path.read_text(encoding="utf-8"))["outcomes"]
     return rows
+
+
+def _idle_notes(rows: Sequence[Row]) -> list[str]:
+    """A note for each window at which no contender called a summarizer, and why."""
+    notes = []
+    for window in _windows(rows):
+        mine = [r for r in rows if r["window"] == window]
+        if any(r["summarizer_calls"] for r in mine):
+            continue
+        longest = max((r["max_tokens"] for r in mine if "max_tokens" in r), default=None)
+        why = f": the longest prompt any contender sent was {longest:,} tokens" if longest else ""
+        notes.append(f"At {window // 1000}k no contender called a summarizer{why}.")
+    return ["", *notes] if notes else []
 
 
 def render_markdown(rows: Sequence[Row], before: Sequence[Row] | None, label: str) -> str:
@@ -132,9 +178,13 @@ def render_markdown(rows: Sequence[Row], before: Sequence[Row] | None, label: st
         "How often each contender calls its summarizer over the corpus replay above (one",
         "step is one LLM call of the agent), with what it sent. Every summarizer call is a",
         "paid request, and every checkpoint it writes changes the prompt's prefix.",
+        "*context-engine + `MicroSummary`* is the same pipeline with the micro tier",
+        "(`micro_summary`, default triggers 85 % / 92 % of the window) before the full",
+        "summary; it is reported here only.",
         "",
         *rate_lines(rows),
     ]
+    lines += _idle_notes(rows)
     if before is not None:
         lines += [
             "",

@@ -87,7 +87,12 @@ def run_no_management(
 
 
 def run_context_engine(
-    name: str, messages: Sequence[Message], window: int, counter: TokenCounter
+    name: str,
+    messages: Sequence[Message],
+    window: int,
+    counter: TokenCounter,
+    strategies: Sequence[str] = ENGINE_STRATEGIES,
+    contender: str = "context_engine",
 ) -> Outcome:
     """The default pipeline through `replay`: commits and overflow recovery as an agent does."""
     views: list[Prompt] = []
@@ -95,7 +100,7 @@ def run_context_engine(
     result = replay(
         messages,
         window=window,
-        strategies=ENGINE_STRATEGIES,
+        strategies=strategies,
         summarizer=ExtractiveSummarizer(),
         summarizer_label="extractive",
         token_counter=counter,
@@ -111,7 +116,7 @@ def run_context_engine(
         if record.tokens != cost.attempted:
             problems.append(f"call {record.call}: engine counted {record.tokens}, {cost.attempted}")
     return outcome(
-        "context_engine",
+        contender,
         name,
         window,
         costs,
@@ -284,7 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = [o.as_dict() for o in outcomes]
     print(report.summary_table(rows))
     before = rate.load_outcomes(args.before) if args.before is not None else None
-    rate_section = rate.render_markdown(rows, before, BEFORE_LABEL)
+    tiered = rate.tiered_rows(transcripts, WINDOWS[args.mode], counter, run_context_engine)
+    rate_section = rate.render_markdown([*rows, *tiered], before, BEFORE_LABEL)
     print("\n" + rate_section)
     write_atomic(args.json, to_json({"meta": meta, "outcomes": rows}))
     if args.svg is not None:

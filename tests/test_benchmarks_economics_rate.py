@@ -106,3 +106,16 @@ def test_a_quick_run_prints_the_rate_and_compares_with_an_earlier_run(
     (engine,) = [r for r in ours if r["contender"] == "context_engine"]
     same = f"{engine['summarizer_calls']} → {engine['summarizer_calls']}"
     assert f"| 8k | context-engine | {same} |" in printed  # the same engine twice
+    assert "| 8k | context-engine + `MicroSummary` | " in printed  # the micro tier, beside it
+
+
+def test_a_window_where_nobody_summarized_says_why(rate: ModuleType) -> None:
+    rows = [
+        {**row("context_engine", 128_000, 100, 0), "max_tokens": 92_361},
+        {**row("no_management", 128_000, 100, 0), "max_tokens": 92_361},
+        {**row("context_engine", 8_000, 100, 4), "max_tokens": 6_000},
+    ]
+    section = rate.render_markdown(rows, None, "")
+    assert "At 128k no contender called a summarizer: the longest prompt" in section
+    assert "92,361 tokens" in section
+    assert "At 8k no contender" not in section
