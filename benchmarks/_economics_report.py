@@ -204,8 +204,8 @@ def transcript_table(rows: Sequence[Row], window: int) -> list[str]:
 METHOD = """\
 What a whole session costs, per way of managing the context: each transcript
 of the dev corpus is replayed with one LLM call per assistant message (the
-call that produced it), as `context-engine replay` does, at a 32,000- and a
-128,000-token window. `benchmarks/economics.py` (run in `.venv-bench`)
+call that produced it), as `context-engine replay` does, at 8,000-, 32,000-
+and 128,000-token windows. `benchmarks/economics.py` (run in `.venv-bench`)
 regenerates this section, `docs/img/economics.svg` and
 `benchmarks/results/economics.json`.
 

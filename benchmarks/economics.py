@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import _economics_ledger as ledger
+import _economics_rate as rate
 import _economics_report as report
 import _peer_adapters as peers
 from _economics_ledger import Outcome, Prompt, account, call_points, outcome
@@ -58,6 +59,11 @@ SVG = REPO / "docs" / "img" / "economics.svg"
 RESULTS = REPO / "benchmarks" / "results"
 WINDOWS = {"quick": (32_000,), "full": (8_000, 32_000, 128_000)}
 QUICK_TRANSCRIPTS = 3  # the largest files of the corpus
+BEFORE = RESULTS / "economics_before_17.json"  # the engine at 5a2b570, replayed by this harness
+BEFORE_LABEL = (
+    "the engine at commit 5a2b570 (before issue 17: no per-request cap, no minimum removal) "
+    "replayed by this harness (`benchmarks/results/economics_before_17.json`), then this run"
+)
 ENGINE_STRATEGIES = ("tool_result_microcompact", "light_trim", "full_summary", "hard_truncate")
 LANGCHAIN_TRIGGER: tuple[Literal["fraction"], float] = ("fraction", 0.8)  # its docstring example
 CONTENDERS = (
@@ -81,7 +87,12 @@ def run_no_management(
 
 
 def run_context_engine(
-    name: str, messages: Sequence[Message], window: int, counter: TokenCounter
+    name: str,
+    messages: Sequence[Message],
+    window: int,
+    counter: TokenCounter,
+    strategies: Sequence[str] = ENGINE_STRATEGIES,
+    contender: str = "context_engine",
 ) -> Outcome:
     """The default pipeline through `replay`: commits and overflow recovery as an agent does."""
     views: list[Prompt] = []
@@ -89,7 +100,7 @@ def run_context_engine(
     result = replay(
         messages,
         window=window,
-        strategies=ENGINE_STRATEGIES,
+        strategies=strategies,
         summarizer=ExtractiveSummarizer(),
         summarizer_label="extractive",
         token_counter=counter,
@@ -105,7 +116,7 @@ def run_context_engine(
         if record.tokens != cost.attempted:
             problems.append(f"call {record.call}: engine counted {record.tokens}, {cost.attempted}")
     return outcome(
-        "context_engine",
+        contender,
         name,
         window,
         costs,
@@ -246,11 +257,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--docs", type=Path, help="Markdown page (full run: docs/benchmarks.md)")
     parser.add_argument("--svg", type=Path, help="chart (full run: docs/img/economics.svg)")
     parser.add_argument("--json", type=Path, help="JSON output (default: benchmarks/results/)")
+    parser.add_argument("--before", type=Path, help=f"an earlier run to compare (full: {BEFORE})")
     args = parser.parse_args(argv)
     args.mode = "quick" if args.quick else "full"
     if args.mode == "full":
         args.docs = args.docs or DOCS
         args.svg = args.svg or SVG
+        args.before = args.before or (BEFORE if BEFORE.exists() else None)
     if args.json is None:
         args.json = RESULTS / ("economics.json" if args.mode == "full" else "economics_quick.json")
     return args
@@ -275,6 +288,10 @@ def main(argv: list[str] | None = None) -> int:
     meta["notes"] = notes
     rows = [o.as_dict() for o in outcomes]
     print(report.summary_table(rows))
+    before = rate.load_outcomes(args.before) if args.before is not None else None
+    tiered = rate.tiered_rows(transcripts, WINDOWS[args.mode], counter, run_context_engine)
+    rate_section = rate.render_markdown([*rows, *tiered], before, BEFORE_LABEL)
+    print("\n" + rate_section)
     write_atomic(args.json, to_json({"meta": meta, "outcomes": rows}))
     if args.svg is not None:
         write_atomic(args.svg, report.render_svg(rows))
@@ -282,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
         page = args.docs.read_text(encoding="utf-8") if args.docs.exists() else ""
         image = os.path.relpath(args.svg, args.docs.parent) if args.svg is not None else None
         section = report.render_markdown(meta, rows, image)
-        write_atomic(args.docs, report.replace_section(page, section))
+        page = report.replace_section(page, section)
+        write_atomic(args.docs, report.replace_section(page, rate_section, name=rate.SECTION))
     print(f"\n{args.mode} run took {meta['elapsed_s']} s; wrote {args.json}", file=sys.stderr)
     return 0
 

@@ -14,11 +14,13 @@ from context_engine.assembly import (
 )
 from context_engine.cache_cost import CacheEstimate, RewriteCost
 from context_engine.commands import CompactCommand, parse_compact_command
+from context_engine.compact_tool import CompactTool, CompactToolResult
 from context_engine.engine import CompactResult, ContextEngine, Projection, RecoveryResult
 from context_engine.errors import (
     ArchiveError,
     BlockingCallInEventLoopError,
     CompactionError,
+    CompactionRefusedError,
     ConfigurationError,
     ContextEngineError,
     InvalidMessageError,
@@ -81,7 +83,10 @@ __all__ = [
     "CompactCommand",
     "CompactResult",
     "CompactStep",
+    "CompactTool",
+    "CompactToolResult",
     "CompactionError",
+    "CompactionRefusedError",
     "ConfigurationError",
     "ContextEngine",
     "ContextEngineError",

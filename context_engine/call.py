@@ -23,13 +23,13 @@ from context_engine.assembly.assembler import removal_decisions
 from context_engine.assembly.trace import EMPTY_TRACE, AssemblyTrace
 from context_engine.breaker import CircuitBreaker
 from context_engine.cache_cost import CacheEstimate, estimate_call
-from context_engine.errors import CompactionError
+from context_engine.errors import CompactionError, CompactionRefusedError
 from context_engine.events import ContextUsage, RewriteEvent, RewriteReason, Scope
 from context_engine.messages import Message
 from context_engine.meter import Meter
 from context_engine.native.hook import request_options_for
-from context_engine.pipeline import BREAKER_OPEN, Outcome
-from context_engine.request_cap import cap_reached
+from context_engine.pipeline import BREAKER_OPEN, Outcome, is_deliberate_skip
+from context_engine.request_cap import CAP_REACHED, cap_reached
 from context_engine.results import CompactResult, Projection, RecoveryResult
 from context_engine.session import Remembered, Session
 from context_engine.strategies.base import Budget, Strategy
@@ -39,11 +39,13 @@ from context_engine.tokens import UsageEstimate
 if TYPE_CHECKING:
     from context_engine.assembly.assembler import Assembly
 
-__all__ = ["Call", "Desk", "Hooks", "Operation", "finish", "mark_span", "open_call"]
+__all__ = ["Call", "Desk", "Hooks", "Operation", "Requester", "finish", "mark_span", "open_call"]
 
 logger = logging.getLogger("context_engine.engine")
 
 Operation = Literal["project", "compact", "recover_overflow"]
+Requester = Literal["user", "agent"]
+"""Who asked for a ``compact``: the user (``/compact``) or the agent (`CompactTool`)."""
 Hook = Callable[[RewriteEvent], Any]
 
 
@@ -90,6 +92,8 @@ class Call:
         meter: The engine's meter (estimates and floors of views).
         assembly: The providers' blocks for this call (counted in ``estimate``
             as overhead; placed into the view at the exit), or None.
+        requested_by: Who asked for a ``compact``: an agent's request is
+            bounded by the breaker and the per-request cap, and counted by them.
     """
 
     operation: Operation
@@ -102,6 +106,7 @@ class Call:
     settings: Settings = attrs.field(repr=False)
     meter: Meter = attrs.field(repr=False)
     assembly: Assembly | None = attrs.field(default=None, repr=False)
+    requested_by: Requester = "user"
 
     @property
     def fits(self) -> bool:
@@ -176,6 +181,7 @@ def open_call(
     telemetry: Telemetry,
     error: BaseException | str | None = None,
     assembly: Assembly | None = None,
+    requested_by: Requester = "user",
 ) -> Call:
     """The facts of one call, fixed before any strategy runs.
 
@@ -183,6 +189,8 @@ def open_call(
     the LLM strategies out while the breaker is open, or silently while the
     transcript has not grown since they last failed to fit it, and once the
     current request has had its ``max_llm_rewrites_per_request`` (`RequestCap`).
+    A ``compact`` the agent asked for is refused on the same two grounds (an
+    open breaker is not moved on by it: the cool-down counts ``project`` calls).
     """
     estimate = meter.estimate(transcript, session.seen())
     if assembly is not None and assembly.tokens:  # the provider blocks are overhead of this call
@@ -204,6 +212,8 @@ def open_call(
             blocked = ""
     elif operation == "compact":
         reason = "manual"
+        if requested_by == "agent":
+            blocked = agent_refusal(transcript, settings, session)
     else:
         reason = "overflow"
         rejected = estimate.tokens
@@ -226,7 +236,17 @@ def open_call(
         settings=settings,
         meter=meter,
         assembly=assembly,
+        requested_by=requested_by,
     )
+
+
+def agent_refusal(
+    transcript: tuple[Message, ...], settings: Settings, session: Session
+) -> str | None:
+    """Why a compaction the agent asked for may not call the LLM now, or None."""
+    if session.breaker.state == "open":
+        return BREAKER_OPEN
+    return session.requests.refusal(transcript, settings.max_llm_rewrites)
 
 
 @attrs.frozen
@@ -249,7 +269,12 @@ async def finish(
             strategy failed; ``.view`` fits whenever the floor does.
     """
     if call.operation == "compact" and (outcome.forced_failed or outcome.unarchived):
-        raise _compact_failed(outcome)
+        failures = 0
+        if call.requested_by == "agent":  # the agent may ask again: its failures open the breaker
+            if outcome.llm_failed:
+                _count_failure(desk)
+            failures = desk.session.breaker.failures
+        raise _compact_failed(outcome, failures)
     if (
         call.reason == "threshold"
         and call.fits
@@ -362,20 +387,26 @@ def _commit(call: Call, outcome: Outcome) -> tuple[Message, ...] | None:
 
 def _settle_breaker(call: Call, outcome: Outcome, desk: Desk, futile: bool) -> None:
     """Count the call once on the breaker and its LLM rewrites on the request; note a stall."""
-    session, breaker = desk.session, desk.session.breaker
-    if call.operation != "compact" and not outcome.reused:
+    session = desk.session
+    by_agent = call.requested_by == "agent"
+    if (call.operation != "compact" or by_agent) and not outcome.reused:
         session.requests.record(call.transcript, outcome.llm_rewrites)
-    if call.operation == "project":
+    if call.operation == "project" or by_agent:
         if outcome.llm_failed:
-            if breaker.record_failure():
-                desk.telemetry.breaker_moved(opened=True)
+            _count_failure(desk)
         elif outcome.llm_applied and not outcome.reused:
             _close(desk)
+    if call.operation == "project":
         ran = call.llm_blocked is None and not futile and not outcome.llm_failed
         if ran and outcome.tokens > call.threshold:
             session.stalled_at = call.estimate.tokens
     elif call.operation == "recover_overflow" and outcome.changed and not outcome.llm_failed:
         _close(desk)
+
+
+def _count_failure(desk: Desk) -> None:
+    if desk.session.breaker.record_failure():
+        desk.telemetry.breaker_moved(opened=True)
 
 
 def _close(desk: Desk) -> None:
@@ -481,7 +512,10 @@ def _event(
 
 def _log(event: RewriteEvent) -> None:
     errors = [f"{step.name}: {step.error}" for step in event.steps if step.error]
-    log = logger.warning if errors else logger.info
+    # Past the per-request cap every call of a long request skips the summary on purpose:
+    # that is the cap working, not something an operator must look at.
+    capped = all(s.error.startswith(CAP_REACHED) for s in event.steps if s.error)
+    log = logger.warning if errors and not capped else logger.info
     log(
         "strategy=<%s> reason=<%s> tokens_before=<%d> tokens_after=<%d> committed=<%s> "
         "futile=<%s> failures=<%d> errors=<%s> | view rewritten",
@@ -496,8 +530,24 @@ def _log(event: RewriteEvent) -> None:
     )
 
 
-def _compact_failed(outcome: Outcome) -> CompactionError:
-    """The error of a ``/compact`` that wrote no checkpoint the caller can keep."""
+def _compact_failed(outcome: Outcome, failures: int) -> CompactionError:
+    """The error of a ``/compact`` that wrote no checkpoint the caller can keep.
+
+    A compaction the agent asked for past the per-request cap or with the
+    breaker open is refused (`CompactionRefusedError`, its reason the one the
+    skipped step records); ``failures`` is the breaker's count for it (0 for
+    the user's ``/compact``, which the breaker does not count).
+    """
+    refused = next((s.error for s in outcome.steps if is_deliberate_skip(s.error)), None)
+    if refused is not None:
+        return CompactionRefusedError(
+            f"compaction refused: {refused}; .view is the input (made to fit when it "
+            "was above the threshold), and nothing needs committing",
+            view=outcome.view,
+            strategy=next(s.name for s in outcome.steps if s.error == refused),
+            failures=failures,
+            reason=refused,
+        )
     if outcome.forced_failed is not None:
         step = next(s for s in outcome.steps if s.name == outcome.forced_failed and s.error)
         name, why = step.name, f"{step.name} failed ({step.error})"
@@ -508,7 +558,7 @@ def _compact_failed(outcome: Outcome) -> CompactionError:
         "without the summary, and nothing needs committing",
         view=outcome.view,
         strategy=name,
-        failures=0,
+        failures=failures,
     )
 
 

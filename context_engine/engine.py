@@ -44,7 +44,8 @@ from context_engine.boundary import (
     checked_boundary,
 )
 from context_engine.breaker import BreakerState, CircuitBreaker
-from context_engine.call import Desk, Hooks, Operation, finish, mark_span, open_call
+from context_engine.call import Desk, Hooks, Operation, Requester, finish, mark_span, open_call
+from context_engine.errors import ConfigurationError
 from context_engine.events import ContextUsage, Snapshot
 from context_engine.messages import Message
 from context_engine.meter import Meter
@@ -394,6 +395,7 @@ class ContextEngine:
                 telemetry,
                 extra.get("error"),
                 assembly,
+                extra.get("requested_by", "user"),
             )
             if extra.get("boundary"):  # compact_if_needed: a /compact that reports its own reason
                 call = attrs.evolve(call, reason="request_boundary")
@@ -427,19 +429,37 @@ class ContextEngine:
         return result
 
     async def compact(
-        self, messages: Sequence[Message], instructions: str | None = None
+        self,
+        messages: Sequence[Message],
+        instructions: str | None = None,
+        *,
+        requested_by: Requester = "user",
     ) -> CompactResult:
         """Compact on demand (``/compact``): the first force-capable strategy that applies wins.
 
         The caller should keep ``commit`` (set whenever the view changed).
+        ``requested_by="agent"`` is a checkpoint the model asked for (what
+        `CompactTool` sends): it is refused past ``max_llm_rewrites_per_request``
+        or with the breaker open, counts as one LLM rewrite of the request,
+        and its failures count on the breaker, as ``project``'s do. The
+        user's ``/compact`` is never refused.
 
         Raises:
             InvalidMessageError: ``messages`` is not a sequence of `Message`.
+            CompactionRefusedError: ``requested_by="agent"`` and the cap or the
+                breaker refused it (nothing was paid for).
             CompactionError: no checkpoint could be written because a strategy
-                failed (the breaker does not count it); ``.view`` fits whenever
-                the floor does, and ``.commit`` is None.
+                failed (the breaker counts it only for the agent); ``.view``
+                fits whenever the floor does, and ``.commit`` is None.
         """
-        result: CompactResult = await self._run("compact", messages, instructions=instructions)
+        if requested_by not in ("user", "agent"):
+            raise ConfigurationError(
+                f"compact(requested_by={requested_by!r}): use 'user' (a /compact) or 'agent' "
+                "(a checkpoint the model asked for with a tool)"
+            )
+        result: CompactResult = await self._run(
+            "compact", messages, instructions=instructions, requested_by=requested_by
+        )
         return result
 
     async def compact_if_needed(
@@ -527,11 +547,15 @@ class ContextEngine:
         return result
 
     def compact_sync(
-        self, messages: Sequence[Message], instructions: str | None = None
+        self,
+        messages: Sequence[Message],
+        instructions: str | None = None,
+        *,
+        requested_by: Requester = "user",
     ) -> CompactResult:
         """Blocking `compact`; raises `BlockingCallInEventLoopError` inside a running loop."""
         result: CompactResult = run_blocking(
-            lambda: self.compact(messages, instructions), "compact"
+            lambda: self.compact(messages, instructions, requested_by=requested_by), "compact"
         )
         return result
 

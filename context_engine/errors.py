@@ -10,6 +10,7 @@ The tree:
     ├── BlockingCallInEventLoopError (RuntimeError)
     │                                           a ``*_sync`` twin called inside a running loop
     ├── CompactionError (RuntimeError)          the pipeline failed; ``.view`` is usable
+    │   └── CompactionRefusedError              an agent's compaction past the cap or breaker
     ├── SummarizerError (RuntimeError)          a summarizer failed or returned nothing usable
     │   └── SummaryTimeoutError                 a summary outlasted its summary-wide deadline
     └── ArchiveError (RuntimeError)             an archive store failed or holds unreadable data
@@ -31,6 +32,7 @@ __all__ = [
     "ArchiveError",
     "BlockingCallInEventLoopError",
     "CompactionError",
+    "CompactionRefusedError",
     "ConfigurationError",
     "ContextEngineError",
     "InvalidMessageError",
@@ -168,6 +170,31 @@ class CompactionError(ContextEngineError, RuntimeError):
         self.strategy = strategy
         self.failures = failures
         self.commit: tuple[Message, ...] | None = tuple(commit) if commit is not None else None
+
+
+class CompactionRefusedError(CompactionError):
+    """A compaction the agent asked for was refused before the summarizer was called.
+
+    Raised by ``compact(..., requested_by="agent")`` (what `CompactTool`
+    calls) when the current request has had its ``max_llm_rewrites_per_request``
+    or the circuit breaker is open. Nothing was paid for; ``.commit`` is None.
+
+    Attributes:
+        reason: Why, as the skipped step records it (``"per-request cap
+            reached: ..."`` or ``"circuit breaker open"``).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        view: Sequence[Message],
+        strategy: str,
+        failures: int,
+        reason: str,
+    ) -> None:
+        super().__init__(message, view=view, strategy=strategy, failures=failures)
+        self.reason = reason
 
 
 class TranscriptFormatError(InvalidMessageError):

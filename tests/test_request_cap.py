@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from context_engine.pipeline import is_deliberate_skip
 from context_engine.request_cap import RequestCap, cap_reached
 from context_engine.strategies import FullSummary, HardTruncate
 from context_engine.testing import FixedTokenCounter, RecordingSummarizer
-from tests.fakes import Checkpointer, agent_session
+from tests.fakes import Checkpointer, Exploding, agent_session
 
 
 def capped_engine(checkpointer: Checkpointer, **options: Any) -> ContextEngine:
@@ -154,3 +155,33 @@ async def test_past_the_cap_the_summary_checkpoint_is_extracted_without_a_model(
 )
 def test_reports_tell_a_cap_skip_from_a_failure(error: str, deliberate: bool) -> None:
     assert is_deliberate_skip(error) is deliberate
+
+
+async def test_a_call_past_the_cap_is_logged_as_information_not_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every call of a long request past the cap skips the summary; that is no failure."""
+    engine = capped_engine(Checkpointer(), max_llm_rewrites_per_request=0)
+    with caplog.at_level(logging.INFO, logger="context_engine"):
+        result = await engine.project(grown(agent_session(20, result_chars=400), 0))
+    assert result.event is not None
+    assert [s.error for s in result.event.steps if s.error] == [cap_reached(0)]
+    (record,) = [r for r in caplog.records if "view rewritten" in r.getMessage()]
+    assert record.levelno == logging.INFO
+    assert cap_reached(0) in record.getMessage()
+
+
+async def test_a_strategy_failure_is_still_logged_as_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    engine = ContextEngine(
+        3000,
+        [Exploding(), Checkpointer(), HardTruncate()],
+        reserve_tokens=1000,
+        token_counter=FixedTokenCounter(),
+        max_llm_rewrites_per_request=None,
+    )
+    with caplog.at_level(logging.INFO, logger="context_engine"):
+        await engine.project(grown(agent_session(20, result_chars=400), 0))
+    (record,) = [r for r in caplog.records if "view rewritten" in r.getMessage()]
+    assert record.levelno == logging.WARNING

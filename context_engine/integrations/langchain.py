@@ -36,8 +36,9 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
+from context_engine.boundary import DEFAULT_MIN_MESSAGES, DEFAULT_TRIGGER_TOKENS, checked_boundary
 from context_engine.engine import ContextEngine
-from context_engine.errors import ConfigurationError
+from context_engine.errors import ConfigurationError, ContextEngineError
 from context_engine.integrations._sizing import Sizing, Trigger, mapping_int, schema_text
 from context_engine.integrations.conversations import Conversations, EnginePool
 from context_engine.messages import Message
@@ -79,7 +80,7 @@ except ImportError as exc:  # pragma: no cover - a test hides the package to che
         "install the extra with: pip install 'context-engine[langchain]'"
     ) from exc
 
-__all__ = ["ContextEngineMiddleware"]
+__all__ = ["ContextEngineMiddleware", "RequestBoundaryMiddleware"]
 
 logger = logging.getLogger(__name__)
 
@@ -433,3 +434,90 @@ def _compacted(
         model_response=ModelResponse(result=[note]),
         command=_replace_state([*kept, command, note]),
     )
+
+
+class RequestBoundaryMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
+    """Compacts a thread's stored history once, when a run starts (request-boundary compaction).
+
+    LangGraph's checkpointer hands every run the thread's whole history. This
+    middleware's ``before_agent`` hook runs `ContextEngine.compact_if_needed`
+    on it, with the engine `ContextEngineMiddleware` uses for the thread: above
+    ``trigger_tokens`` and with at least ``min_messages`` messages, one
+    checkpoint is written (``on_compact`` fires with reason
+    ``request_boundary``) and the state's messages are replaced by it, so the
+    checkpointer stores the compacted thread and the run starts from it. Put it
+    next to the middleware it reads the engine from:
+    ``create_agent(..., middleware=[RequestBoundaryMiddleware(engine_mw), engine_mw])``.
+
+    A compaction that fails leaves the state as it is (logged): the run's own
+    projections still keep every model call under the window.
+
+    Args:
+        middleware: The `ContextEngineMiddleware` of the same agent (its engine,
+            or its pool's engine for the run's ``thread_id``).
+        trigger_tokens: As `ContextEngine.compact_if_needed`.
+        min_messages: As `ContextEngine.compact_if_needed`.
+        on_start: As `ContextEngine.compact_if_needed` (a server's own event).
+        on_end: As `ContextEngine.compact_if_needed`.
+
+    Raises:
+        ConfigurationError: ``middleware`` is not a `ContextEngineMiddleware`,
+            or a bound is not an int >= 0.
+    """
+
+    def __init__(
+        self,
+        middleware: ContextEngineMiddleware,
+        *,
+        trigger_tokens: int = DEFAULT_TRIGGER_TOKENS,
+        min_messages: int = DEFAULT_MIN_MESSAGES,
+        on_start: Callable[[int], Any] | None = None,
+        on_end: Callable[[CompactResult | None], Any] | None = None,
+    ) -> None:
+        if not isinstance(middleware, ContextEngineMiddleware):
+            raise ConfigurationError(
+                f"RequestBoundaryMiddleware needs the agent's ContextEngineMiddleware, "
+                f"got {middleware!r}"
+            )
+        self.middleware = middleware
+        self.trigger_tokens, self.min_messages = checked_boundary(trigger_tokens, min_messages)
+        self.on_start, self.on_end = on_start, on_end
+        self.tools = []
+
+    def before_agent(self, state: AgentState[Any], runtime: Any) -> dict[str, Any] | None:
+        """Compact the stored history when it is long enough (blocking; used by ``invoke``)."""
+        engine, reader = self.middleware._conversation(runtime)
+        _, transcript = reader.read(None, state["messages"])
+        try:
+            result = engine.compact_if_needed_sync(transcript, **self._bounds())
+        except ContextEngineError:
+            logger.warning("request-boundary compaction failed; the run goes on", exc_info=True)
+            return None
+        return _boundary_update(reader, result)
+
+    async def abefore_agent(self, state: AgentState[Any], runtime: Any) -> dict[str, Any] | None:
+        """Compact the stored history when it is long enough (used by ``ainvoke``)."""
+        engine, reader = self.middleware._conversation(runtime)
+        _, transcript = reader.read(None, state["messages"])
+        try:
+            result = await engine.compact_if_needed(transcript, **self._bounds())
+        except ContextEngineError:
+            logger.warning("request-boundary compaction failed; the run goes on", exc_info=True)
+            return None
+        return _boundary_update(reader, result)
+
+    def _bounds(self) -> dict[str, Any]:
+        return {
+            "trigger_tokens": self.trigger_tokens,
+            "min_messages": self.min_messages,
+            "on_start": self.on_start,
+            "on_end": self.on_end,
+        }
+
+
+def _boundary_update(reader: _Reader, result: CompactResult | None) -> dict[str, Any] | None:
+    """The state update that stores a request-boundary checkpoint, or None."""
+    if result is None or result.commit is None:
+        return None
+    kept = reader.write(result.commit)  # the transcript part: provider blocks are never kept
+    return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *kept]}

@@ -50,6 +50,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
+from context_engine.boundary import DEFAULT_MIN_MESSAGES, DEFAULT_TRIGGER_TOKENS
 from context_engine.engine import ContextEngine
 from context_engine.errors import ConfigurationError
 from context_engine.formats.openai_agents import from_openai_agents, to_openai_agents
@@ -253,6 +254,39 @@ class ContextEngineSession:
         items = await self.session.get_items()
         result = await self.input_filter.engine.compact(from_openai_agents(items), instructions)
         if result.commit is not None:  # the transcript part: provider blocks are never kept
+            await self._replace(to_openai_agents(result.commit))
+            self.input_filter.reset()
+        return result
+
+    async def compact_if_needed(
+        self,
+        trigger_tokens: int = DEFAULT_TRIGGER_TOKENS,
+        min_messages: int = DEFAULT_MIN_MESSAGES,
+        *,
+        on_start: Callable[[int], Any] | None = None,
+        on_end: Callable[[CompactResult | None], Any] | None = None,
+    ) -> CompactResult | None:
+        """Compact the stored history at the start of a request, when it is long enough.
+
+        `ContextEngine.compact_if_needed` on the stored items (a pending commit
+        stored first): above ``trigger_tokens`` and with at least
+        ``min_messages`` messages, one checkpoint (reason ``request_boundary``)
+        replaces the stored history, and the run that follows reads it. Call
+        it before ``Runner.run``; None when nothing was due.
+
+        Raises:
+            ConfigurationError: a bound is not an int >= 0.
+            CompactionError: As `ContextEngine.compact_if_needed`; the session is left as is.
+        """
+        items = await self.get_items()
+        result = await self.input_filter.engine.compact_if_needed(
+            from_openai_agents(items),
+            trigger_tokens,
+            min_messages,
+            on_start=on_start,
+            on_end=on_end,
+        )
+        if result is not None and result.commit is not None:
             await self._replace(to_openai_agents(result.commit))
             self.input_filter.reset()
         return result

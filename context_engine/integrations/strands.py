@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import attrs
 
 from context_engine._aio import run_blocking
+from context_engine.boundary import DEFAULT_MIN_MESSAGES, DEFAULT_TRIGGER_TOKENS
 from context_engine.commands import parse_compact_command
 from context_engine.engine import ContextEngine
 from context_engine.errors import (
@@ -487,6 +488,53 @@ class ContextEngineConversationManager(ConversationManager):
     def compact_sync(self, agent: Agent, instructions: str | None = None) -> CompactResult:
         """Blocking `compact`; it may also be called from inside a running event loop."""
         return _run(lambda: self.compact(agent, instructions), "compact")
+
+    async def compact_if_needed(
+        self,
+        agent: Agent,
+        trigger_tokens: int = DEFAULT_TRIGGER_TOKENS,
+        min_messages: int = DEFAULT_MIN_MESSAGES,
+        *,
+        on_start: Callable[[int], Any] | None = None,
+        on_end: Callable[[CompactResult | None], Any] | None = None,
+    ) -> CompactResult | None:
+        """Compact the history a session restored, at the start of a request, when it is long.
+
+        `ContextEngine.compact_if_needed` on ``agent.messages``: above
+        ``trigger_tokens`` and with at least ``min_messages`` messages, one
+        checkpoint (reason ``request_boundary``) replaces the history in place,
+        and the session manager stores it as it stores any commit. Call it
+        before ``agent(prompt)``; None when nothing was due.
+
+        Raises:
+            ConfigurationError: a bound is not an int >= 0.
+            CompactionError: As `ContextEngine.compact_if_needed`; the history is left as is.
+        """
+        self._size_for(agent)
+        transcript = self._transcripts.convert(agent.messages, _system_prompt(agent))
+        result = await self.engine.compact_if_needed(
+            transcript, trigger_tokens, min_messages, on_start=on_start, on_end=on_end
+        )
+        if result is not None and result.commit is not None:
+            self._commit(agent, result.commit)
+        return result
+
+    def compact_if_needed_sync(
+        self,
+        agent: Agent,
+        trigger_tokens: int = DEFAULT_TRIGGER_TOKENS,
+        min_messages: int = DEFAULT_MIN_MESSAGES,
+        *,
+        on_start: Callable[[int], Any] | None = None,
+        on_end: Callable[[CompactResult | None], Any] | None = None,
+    ) -> CompactResult | None:
+        """Blocking `compact_if_needed`; it may also be called from inside a running event loop."""
+        return _run(
+            lambda: self.compact_if_needed(
+                agent, trigger_tokens, min_messages, on_start=on_start, on_end=on_end
+            ),
+            "compact_if_needed",
+        )
 
     # -- sessions ------------------------------------------------------------------------
 
