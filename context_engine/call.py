@@ -25,10 +25,12 @@ from context_engine.breaker import CircuitBreaker
 from context_engine.cache_cost import estimate_call
 from context_engine.errors import CompactionError
 from context_engine.events import ContextUsage, RewriteEvent, RewriteReason, Scope
+from context_engine.formats.breakpoints import MAX_BREAKPOINTS, place_breakpoints
 from context_engine.messages import Message
 from context_engine.meter import Meter
 from context_engine.native.hook import request_options_for
 from context_engine.pipeline import BREAKER_OPEN, Outcome
+from context_engine.pricing import CACHE_PRICING
 from context_engine.request_cap import cap_reached
 from context_engine.results import CompactResult, Projection, RecoveryResult
 from context_engine.session import Remembered, Session
@@ -260,7 +262,9 @@ async def finish(
     ):
         # The common case (a `project` that fits): the input is the new baseline, no report.
         usage = _remember(call, outcome, call.estimate, None, desk)
-        return Projection(messages=outcome.view, usage=usage, changed=False)
+        return Projection(
+            messages=_with_breakpoints(call, outcome.view), usage=usage, changed=False
+        )
     floor = outcome.floor
     if floor is None and outcome.tokens > call.threshold:
         floor = call.floor_of(outcome.view, outcome.tokens)
@@ -273,6 +277,7 @@ async def finish(
     cached_before = desk.session.last.estimate.tokens if desk.session.last else 0
     usage = _remember(call, outcome, view_estimate, commit, desk)
     view, trace = _assembled(call, outcome, desk)
+    view = _with_breakpoints(call, view)
     for step in outcome.steps:
         if step.applied:
             saved = step.tokens_before - step.tokens_after
@@ -322,6 +327,22 @@ def _assembled(
     if call.assembly is None:
         return outcome.view, AssemblyTrace(decisions=rewrites)
     return call.assembly.finish(outcome.view, rewrites)
+
+
+def _with_breakpoints(call: Call, view: tuple[Message, ...]) -> tuple[Message, ...]:
+    """``view`` with the engine's Anthropic breakpoints, when ``cache_breakpoints`` is on."""
+    settings = call.settings
+    if not settings.cache_breakpoints or not view:
+        return view
+    pricing = settings.pricing or CACHE_PRICING["anthropic"]
+    count = call.meter.counter.count_message
+    overhead = call.meter.overhead_tokens
+    return place_breakpoints(
+        view,
+        lambda index: overhead + sum(map(count, view[: index + 1])),
+        limit=pricing.max_breakpoints if pricing.max_breakpoints is not None else MAX_BREAKPOINTS,
+        min_tokens=pricing.minimum_for(pricing.model),
+    )
 
 
 def _metric_reason(call: Call) -> str:

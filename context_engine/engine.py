@@ -121,6 +121,12 @@ class ContextEngine:
             come (``pricing.horizon_calls``) outweigh the cache they break and
             the reasoning they drop (`context_engine.economy`). False (the
             default): below the threshold the view is the transcript.
+        cache_breakpoints: Place Anthropic ``cache_control`` breakpoints on the
+            views handed out (never on a commit): after the stable prefix (the
+            leading system messages and the checkpoint after them) and on the
+            last message, within the request's four once the caller's own are
+            counted (`context_engine.formats.breakpoints.place_breakpoints`).
+            For a caller that sends the views with `to_anthropic`.
         max_llm_rewrites_per_request: LLM rewrites (summaries) allowed between
             two user messages in ``project`` (a ``recover_overflow`` counts but
             is never refused); past it the LLM strategies are skipped with the
@@ -158,6 +164,7 @@ class ContextEngine:
         pricing: CachePricing | str | None = None,
         max_llm_rewrites_per_request: int | None = DEFAULT_MAX_LLM_REWRITES,
         cost_aware: bool = False,
+        cache_breakpoints: bool = False,
     ) -> None:
         self._settings: Settings = checked_settings(
             context_window=context_window,
@@ -173,6 +180,7 @@ class ContextEngine:
             pricing=pricing,
             max_llm_rewrites_per_request=max_llm_rewrites_per_request,
             cost_aware=cost_aware,
+            cache_breakpoints=cache_breakpoints,
         )
         breaker = checked_breaker(
             max_consecutive_failures, breaker_cooldown_calls, breaker_cooldown_seconds
