@@ -253,9 +253,8 @@ regenerates this section, `docs/img/economics.svg` and
   `context_engine.cli.replay.replay`: checkpoints and overflow recoveries are
   committed to the running history, as an agent loop would. *context-engine
   cost-aware*: the same pipeline with `pricing="anthropic", cost_aware=True`
-  (old tool results cleared below the threshold when the cache model says
-  that pays, a summary instead of a rewrite that would not last;
-  `context_engine.economy`), in the same loop. *No management*:
+  (old tool results cleared, below the threshold too, when the cache model
+  says that pays; `context_engine.economy`), in the same loop. *No management*:
   the whole history on every call. *LangChain*: v1 `SummarizationMiddleware`
   with `GenericFakeChatModel` (profile `max_input_tokens` = the window),
   `trigger=("fraction", 0.8)` (its docstring's example, scaled to the window),

@@ -7,8 +7,8 @@ call that produced it), at an 8k, a 32k and a 128k window, by five contenders:
   summary with the deterministic `ExtractiveSummarizer`, hard truncate) driven
   by `context_engine.cli.replay.replay`, commits applied as an agent loop would;
 * ``context_engine_cost_aware``: the same pipeline with ``pricing="anthropic"``
-  and ``cost_aware=True`` (old tool results cleared below the threshold when
-  that pays), driven the same way;
+  and ``cost_aware=True`` (old tool results cleared, below the threshold too,
+  when that pays), driven the same way;
 * ``no_management``: the whole history on every call;
 * ``langchain_summarization``: LangChain v1 `SummarizationMiddleware` with a
   fake chat model, its ``before_model`` run on the growing agent state and its

@@ -17,24 +17,11 @@ cheaper one:
 * above the threshold, the view as planned is the pipeline's, which fits;
   clearing more of it in the same call costs no second cache break, only
   the saved tokens are no longer sent.
-
-A rewrite above the threshold should also last: one that leaves room for
-only a few calls breaks the cache again a few calls later, and again after
-that, each time writing the whole view anew. A cache break costs about
-``(write - read) / read`` calls of reading the view (`payback_calls`: 11.5
-at Anthropic's prices, 9 at OpenAI's), so with ``cost_aware=True`` a rewrite
-made by the deterministic strategies must leave room for that many calls of
-the session's growth (`escalate`); when it does not, the LLM strategies (the
-summary) run on its view against that lower target, so one checkpoint
-replaces a run of small rewrites.
 """
 
 from __future__ import annotations
 
-import math
 import time
-from collections.abc import Callable
-from typing import Any
 
 import attrs
 
@@ -42,17 +29,13 @@ from context_engine.cache_cost import rewrite_cost
 from context_engine.call import Call
 from context_engine.events import RewriteStep
 from context_engine.messages import Message
-from context_engine.pipeline import Outcome, run_pipeline
-from context_engine.pricing import CachePricing
+from context_engine.pipeline import Outcome
 from context_engine.rewrite import extended, unbind_reasoning
 from context_engine.session import Session
 from context_engine.strategies.base import Budget
 from context_engine.strategies.microcompact import ToolResultMicrocompact
 
-__all__ = ["economize", "escalate", "payback_calls"]
-
-MAX_HEADROOM_SHARE = 0.5
-"""The most of the threshold `escalate` asks a rewrite to leave free."""
+__all__ = ["economize"]
 
 
 def economize(call: Call, session: Session, planned: Outcome | None = None) -> Outcome:
@@ -120,52 +103,3 @@ def _cleared(call: Call, view: tuple[Message, ...], budget: Budget) -> Outcome |
         removed=tuple(result.removed),
         views=(messages,),
     )
-
-
-def payback_calls(pricing: CachePricing) -> float:
-    """Calls of reading a prompt from the cache that cost as much as writing it again."""
-    read = pricing.read_multiplier
-    premium = max(0.0, pricing.write_multiplier - read)
-    return premium / read if read > 0 else math.inf
-
-
-def growth_per_call(call: Call) -> int:
-    """Tokens the session adds per call: its history after the lead, per assistant message."""
-    transcript = call.transcript
-    lead = 0
-    while lead < len(transcript) and transcript[lead].role in ("system", "developer"):
-        lead += 1
-    rounds = sum(1 for message in transcript[lead:] if message.role == "assistant")
-    if not rounds:
-        return 0
-    count = call.meter.counter.count_message
-    return sum(count(message) for message in transcript[lead:]) // rounds
-
-
-async def escalate(
-    call: Call, planned: Outcome, on_strategy: Callable[[str], Any] | None
-) -> Outcome:
-    """``planned``, or its view summarized when it leaves too little room to last.
-
-    Only for a `project` above the threshold whose view the deterministic
-    strategies made fit, when the LLM strategies may run: they run on it
-    against ``threshold - payback_calls x growth_per_call`` (at least half the
-    threshold), and their view replaces it when one applied.
-    """
-    pricing = call.settings.pricing
-    if pricing is None or call.llm_blocked is not None or planned.llm_applied:
-        return planned
-    if planned.tokens > call.threshold or not planned.changed or planned.reused:
-        return planned
-    headroom = min(
-        payback_calls(pricing) * growth_per_call(call), MAX_HEADROOM_SHARE * call.threshold
-    )
-    target = call.threshold - int(headroom)
-    if planned.tokens <= target:
-        return planned
-    budget = attrs.evolve(call.budget(), tokens=planned.tokens, threshold=target)
-    llm = [s for s in call.settings.strategies if s.uses_llm]
-    summarized = await run_pipeline(call, llm, planned.view, budget, on_strategy)
-    if not summarized.changed or summarized.tokens >= planned.tokens:
-        return planned
-    return planned.then(summarized)

@@ -42,7 +42,7 @@ from context_engine.boundary import (
 )
 from context_engine.breaker import BreakerState, CircuitBreaker
 from context_engine.call import Desk, Hooks, Operation, finish, mark_span, open_call
-from context_engine.economy import economize, escalate
+from context_engine.economy import economize
 from context_engine.events import ContextUsage, Snapshot
 from context_engine.messages import Message
 from context_engine.meter import Meter
@@ -409,9 +409,7 @@ class ContextEngine:
             else:
                 changed = await rewrite(call, session, self.on_strategy, extra.get("instructions"))
                 if settings.cost_aware and operation == "project" and not changed.reused:
-                    # A rewrite that lasts, then as much clearing as pays in the same break.
-                    changed = await escalate(call, changed, self.on_strategy)
-                    changed = economize(call, session, changed)
+                    changed = economize(call, session, changed)  # clear more in the same break
                 outcome = settle(call, await keep(call, changed))
             result = await finish(call, outcome, self._desk())
             mark_span(span, result, session.breaker)
