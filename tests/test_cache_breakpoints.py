@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import typing
 from typing import Any
+
+import pytest
 
 from context_engine import ContextEngine, Message
 from context_engine.formats.anthropic import from_anthropic, to_anthropic
@@ -136,3 +139,12 @@ def test_a_commit_never_carries_the_engines_breakpoints() -> None:
     assert body_breakpoints(to_anthropic(result.commit)) == []
     assert all(ENGINE_BREAKPOINT_KEY not in m.metadata for m in result.commit)
     assert len(body_breakpoints(to_anthropic(result.messages))) == 2
+
+
+def test_the_blocks_the_engine_marks_take_cache_control_in_the_sdk_types() -> None:
+    """Text, tool_result and tool_use blocks take a breakpoint; thinking blocks do not."""
+    types = pytest.importorskip("anthropic.types")
+    for marked in ("TextBlockParam", "ToolResultBlockParam", "ToolUseBlockParam"):
+        assert "cache_control" in typing.get_type_hints(getattr(types, marked))
+    for thinking in ("ThinkingBlockParam", "RedactedThinkingBlockParam"):
+        assert "cache_control" not in typing.get_type_hints(getattr(types, thinking))
