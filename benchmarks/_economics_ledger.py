@@ -41,6 +41,49 @@ class CallCost:
     """The prompt does not start with the previous accepted prompt: the cache misses from there."""
 
 
+@dataclass(frozen=True)
+class SummaryRequestCost:
+    """One summarizer request, the two ways a provider summarizer can send it.
+
+    *Apart*: its own prompt (the conversation serialized as data), nothing of
+    which the agent's cache holds: plain input. *Reusing the prefix*
+    (`context_engine.summarize.reuse.AgentPrefix`): the agent's own messages
+    with the instruction appended; what they share with the agent's last
+    prompt is read from the cache, the rest of them is written (the request
+    marks a breakpoint on its history) and the instruction is plain input.
+    """
+
+    apart_tokens: int
+    reusing_tokens: int
+    reused_tokens: int
+    instruction_tokens: int
+    output_tokens: int
+
+    def cost(self, family: str, reuse: bool) -> float:
+        """The request in input-token units under ``family``'s prices."""
+        pricing = CACHE_PRICING[family]
+        output = self.output_tokens * pricing.output_multiplier
+        if not reuse:
+            return self.apart_tokens + output
+        written = max(0, self.reusing_tokens - self.reused_tokens - self.instruction_tokens)
+        return (
+            self.reused_tokens * pricing.read_multiplier
+            + written * pricing.write_multiplier
+            + self.instruction_tokens
+            + output
+        )
+
+
+SUMMARY_MODES = ("reuse", "apart")
+"""How the summary requests are sent: reusing the agent's prefix, or apart."""
+
+
+def summary_dollars(requests: Iterable[SummaryRequestCost], family: str, reuse: bool) -> float:
+    """What the summary requests cost under ``family``'s published prices."""
+    units = sum(request.cost(family, reuse) for request in requests)
+    return CACHE_PRICING[family].dollars(units) or 0.0
+
+
 @dataclass
 class Outcome:
     """One contender on one transcript at one window."""
@@ -61,6 +104,11 @@ class Outcome:
     cache_breaks: int = 0
     dollars: dict[str, float] = field(default_factory=dict)
     """The agent's prompts priced per family of `CACHE_PRICING` (summarizer requests aside)."""
+    summary_dollars: dict[str, dict[str, float]] = field(default_factory=dict)
+    """The summarizer requests per family, sent reusing the agent's prefix (``reuse``) or apart."""
+    summary_input_tokens: int = 0
+    """Input tokens of the summarizer requests, sent apart."""
+    summary_output_tokens: int = 0
     tokens_per_call: list[int] = field(default_factory=list)
     reused_per_call: list[int] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -138,8 +186,9 @@ def outcome(
     summarizer_calls: int = 0,
     commits: int = 0,
     problems: Sequence[str] = (),
+    summaries: Sequence[SummaryRequestCost] = (),
 ) -> Outcome:
-    """Sums over the calls of one replay."""
+    """Sums over the calls of one replay (and its summarizer requests)."""
     tokens = sum(c.tokens for c in costs)
     reused = sum(c.reused for c in costs)
     return Outcome(
@@ -158,6 +207,14 @@ def outcome(
         max_tokens=max((c.attempted for c in costs), default=0),
         cache_breaks=sum(c.cache_break for c in costs),
         dollars={family: prompt_dollars(costs, family) for family in CACHE_PRICING},
+        summary_dollars={
+            family: {
+                mode: summary_dollars(summaries, family, mode == "reuse") for mode in SUMMARY_MODES
+            }
+            for family in CACHE_PRICING
+        },
+        summary_input_tokens=sum(r.apart_tokens for r in summaries),
+        summary_output_tokens=sum(r.output_tokens for r in summaries),
         tokens_per_call=[c.tokens for c in costs],
         reused_per_call=[c.reused for c in costs],
         problems=list(problems),

@@ -13,21 +13,26 @@ from context_engine.pricing import CACHE_PRICING, PRICING_VERSION
 
 START, END = "<!-- economics:start -->", "<!-- economics:end -->"
 OURS = "context_engine"
+COST_AWARE = "context_engine_cost_aware"
 PEERS = ("langchain_summarization", "observation_masking")
+MODES = {"reuse": "summaries reusing the prefix", "apart": "summaries apart"}
 LABELS = {
     "context_engine": "context-engine default pipeline (extractive summarizer)",
+    "context_engine_cost_aware": 'context-engine, `pricing="anthropic", cost_aware=True`',
     "no_management": "no management (whole history)",
     "langchain_summarization": "LangChain v1 `SummarizationMiddleware` (fake model)",
     "observation_masking": "observation masking (last 10 results) + hard cap",
 }
 SHORT = {
     "context_engine": "context-engine",
+    "context_engine_cost_aware": "context-engine cost-aware",
     "no_management": "no management",
     "langchain_summarization": "LangChain summarization",
     "observation_masking": "observation masking",
 }
 COLOURS = {
     "context_engine": "#0072B2",
+    "context_engine_cost_aware": "#56B4E9",
     "no_management": "#7a7a7a",
     "langchain_summarization": "#E69F00",
     "observation_masking": "#009E73",
@@ -66,7 +71,17 @@ def aggregate(rows: Sequence[Row], window: int, contender: str) -> Row:
             family: sum(r.get("dollars", {}).get(family, 0.0) for r in mine)
             for family in CACHE_PRICING
         },
+        "total_dollars": {
+            family: {mode: sum(_total(r, family, mode) for r in mine) for mode in MODES}
+            for family in CACHE_PRICING
+        },
     }
+
+
+def _total(row: Row, family: str, mode: str) -> float:
+    """One row's dollars under ``family``: its prompts plus its summary requests sent ``mode``."""
+    summaries = row.get("summary_dollars", {}).get(family, {}).get(mode, 0.0)
+    return float(row.get("dollars", {}).get(family, 0.0)) + float(summaries)
 
 
 def _by_transcript(rows: Sequence[Row], window: int, contender: str) -> dict[str, Row]:
@@ -114,23 +129,45 @@ def _cache_target(rows: Sequence[Row], window: int, peer: str) -> Row:
     return {"target": "higher cache-reusable share", "peer": peer, "met": met, "figure": figure}
 
 
+def _cost_target(rows: Sequence[Row], window: int, ours: str, peer: str) -> Row:
+    """Ours cheaper than ``peer`` under every family's prices, summaries reusing or apart."""
+    mine, theirs = aggregate(rows, window, ours), aggregate(rows, window, peer)
+    pairs, met = [], True
+    for family in CACHE_PRICING:
+        for mode, label in MODES.items():
+            a, b = mine["total_dollars"][family][mode], theirs["total_dollars"][family][mode]
+            met = met and a < b - 1e-9
+            pairs.append(f"{family}, {label}: ${a:,.2f} vs ${b:,.2f}")
+    return {
+        "target": f"lower modelled cost ({SHORT[ours]})",
+        "peer": peer,
+        "met": met,
+        "figure": "; ".join(pairs),
+    }
+
+
 def verdicts(rows: Sequence[Row]) -> list[Row]:
     """Each target against each peer, per window: met or not, with the figures behind it."""
     out = []
     contenders = _contenders(rows)
     for window in _windows(rows):
         for peer in PEERS:
-            if OURS in contenders and peer in contenders:
+            if peer not in contenders:
+                continue
+            if OURS in contenders:
                 for check in (_summarizer_target, _cache_target):
                     out.append({"window": window, **check(rows, window, peer)})
+            for ours in (OURS, COST_AWARE):
+                if ours in contenders:
+                    out.append({"window": window, **_cost_target(rows, window, ours, peer)})
     return out
 
 
 # -- Markdown -----------------------------------------------------------------------------------
 
 
-def _dollars_cell(family: str) -> Callable[[Row], str]:
-    return lambda a: f"{a['dollars'][family]:,.2f}"
+def _dollars_cell(family: str, mode: str) -> Callable[[Row], str]:
+    return lambda a: f"{a['total_dollars'][family][mode]:,.2f}"
 
 
 Column = tuple[str, Callable[[Row], str]]
@@ -149,8 +186,9 @@ SUMMARY: list[Column] = [
     ("tool pairs intact", lambda a: f"{a['pairs_intact']} of {a['transcripts']}"),
     ("cache breaks", lambda a: str(a["cache_breaks"])),
     *(
-        (f"$ {family} ({pricing.model})", _dollars_cell(family))
+        (f"$ {family} ({pricing.model}), {label}", _dollars_cell(family, mode))
         for family, pricing in CACHE_PRICING.items()
+        for mode, label in MODES.items()
     ),
 ]
 
@@ -213,7 +251,10 @@ regenerates this section, `docs/img/economics.svg` and
   `full_summary` (with the deterministic `ExtractiveSummarizer`) and
   `hard_truncate`, default settings and reserve, driven by
   `context_engine.cli.replay.replay`: checkpoints and overflow recoveries are
-  committed to the running history, as an agent loop would. *No management*:
+  committed to the running history, as an agent loop would. *context-engine
+  cost-aware*: the same pipeline with `pricing="anthropic", cost_aware=True`
+  (old tool results cleared, below the threshold too, when the cache model
+  says that pays; `context_engine.economy`), in the same loop. *No management*:
   the whole history on every call. *LangChain*: v1 `SummarizationMiddleware`
   with `GenericFakeChatModel` (profile `max_input_tokens` = the window),
   `trigger=("fraction", 0.8)` (its docstring's example, scaled to the window),
@@ -241,6 +282,20 @@ regenerates this section, `docs/img/economics.svg` and
   cache can serve), summed and divided by the tokens sent. Compared message by
   message: a provider matches tokens, in blocks, so a partly equal message
   counts nothing here.
+- **Cache breaks**: calls whose prompt does not start with the previous
+  sent prompt (the provider's cache misses from the first changed message).
+- **Dollars** (per provider family, `context_engine.pricing.CACHE_PRICING`):
+  every accepted prompt, its part shared with the previous prompt priced as
+  cache reads and the rest as cache writes (1.25x input for Anthropic's
+  5-minute cache, plain input for OpenAI's), plus every summarizer request:
+  its input and its answer (at the output price). Our summary requests are
+  priced the two ways a provider summarizer can send them: *reusing the
+  prefix* (`AgentPrefix`: the agent's last prompt up to the summarized
+  history, read from the cache where it matches that prompt and written where
+  it does not, then the instruction as plain input) and *apart* (its own
+  prompt with the conversation serialized, plain input). LangChain's requests
+  are priced as its middleware sends them (plain input, both columns alike).
+  The extractive summarizer's checkpoint stands for a model's answer.
 - **Summarizer calls**: calls to the summarizer (ours) or to the fake chat
   model (LangChain). **History replaced**: commits (ours) or applied state
   updates (LangChain). **Tool pairs intact**: transcripts where no prompt had
@@ -256,9 +311,13 @@ def _run_lines(meta: Row) -> list[str]:
         f"{meta['platform']}, {meta['cpu_count']} CPUs, one-minute load average "
         f"{meta['load_average_start']} at the start and {meta['load_average_end']} at the end;",
         f"Python {meta['python']}; {versions}; counter `{meta['counter']}`.",
-        f"Dollars: the agent's prompts (summarizer requests aside) under the published cache "
-        f"prices of `context_engine.pricing` as of {PRICING_VERSION} (uncached input priced as "
-        "a cache write, the shared prefix as a cache read).",
+        "Dollars: the agent's prompts and the summarizer requests under the published "
+        f"prices of `context_engine.pricing` as of {PRICING_VERSION} ("
+        + ", ".join(
+            f"{family}: {p.model}, ${p.input_per_mtok:g} per million input tokens"
+            for family, p in CACHE_PRICING.items()
+        )
+        + ").",
         *(f"Note: {note}." for note in meta.get("notes", [])),
     ]
 

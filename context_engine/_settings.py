@@ -25,7 +25,9 @@ __all__ = [
     "archive_settings",
     "check_hooks",
     "checked_breaker",
+    "checked_cost_aware",
     "checked_counter",
+    "checked_flag",
     "checked_settings",
     "default_reserve",
     "non_negative",
@@ -157,6 +159,10 @@ class Settings:
     pinned: Pinned | None = None
     reasoning: ReasoningPolicy = "drop"
     pricing: CachePricing | None = None
+    cost_aware: bool = False
+    """Below the threshold, clear old tool results when that pays under ``pricing``."""
+    cache_breakpoints: bool = False
+    """Place Anthropic cache breakpoints on the views handed out."""
     max_llm_rewrites: int | None = DEFAULT_MAX_LLM_REWRITES
     """LLM rewrites allowed between two user messages (None: no cap)."""
     reserve_tokens: int = attrs.field(init=False)
@@ -216,6 +222,8 @@ def checked_settings(
     reasoning: object = "drop",
     pricing: object = None,
     max_llm_rewrites_per_request: object = DEFAULT_MAX_LLM_REWRITES,
+    cost_aware: object = False,
+    cache_breakpoints: object = False,
 ) -> Settings:
     """The constructor's settings, each checked (a `ConfigurationError` names the first bad one)."""
     window = positive_window(context_window)
@@ -237,10 +245,30 @@ def checked_settings(
         pinned=pinned_setting(pinned),
         reasoning=checked_reasoning_policy(reasoning),
         pricing=None if pricing is None else pricing_for(pricing),
+        cost_aware=checked_cost_aware(cost_aware, pricing),
+        cache_breakpoints=checked_flag("cache_breakpoints", cache_breakpoints),
         max_llm_rewrites=checked_cap(max_llm_rewrites_per_request),
     )
     warn_if_no_room(settings.window, settings.reserve_tokens)
     return settings
+
+
+def checked_flag(name: str, value: object) -> bool:
+    """A setting that must be True or False."""
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def checked_cost_aware(value: object, pricing: object) -> bool:
+    """``cost_aware``: a bool, True only with a ``pricing`` to weigh rewrites by."""
+    flag = checked_flag("cost_aware", value)
+    if flag and pricing is None:
+        raise ConfigurationError(
+            "cost_aware=True weighs rewrites by cache prices: pass pricing= too "
+            '(a CachePricing or a family such as "anthropic")'
+        )
+    return flag
 
 
 def checked_breaker(

@@ -46,12 +46,16 @@ class RewriteCost:
 
     Attributes:
         invalidated_tokens: Tokens the cache held that the rewritten prompt no
-            longer starts with (written again instead of read).
+            longer starts with (what is still sent of them is written again
+            instead of read).
         saved_tokens: Tokens the rewrite removed from the prompt (dropped reasoning
             included: later calls no longer send it, though the model redoes it).
         reasoning_tokens_dropped: Reasoning the model has to redo.
         remaining_calls: Calls the savings are counted over.
-        cost: ``invalidated * (write - read) + reasoning * output``, input-token units.
+        cost: What the rewrite adds to this call against sending the prompt
+            unrewritten, ``(invalidated - saved) * write - invalidated * read``,
+            plus ``reasoning * output``; input-token units, negative when the
+            rewrite makes even this call cheaper.
         savings: ``saved * read * remaining_calls``, input-token units.
         dollars: ``savings - cost`` in dollars, or None without a price.
     """
@@ -105,6 +109,13 @@ def rewrite_cost(
 ) -> RewriteCost:
     """What a rewrite costs now against what it saves on the calls still to come.
 
+    Without the rewrite this call would read the ``invalidated`` tokens from
+    the cache; with it, the part of them still sent is written again, and
+    the ``saved`` tokens are not sent at all (a saved token beyond the
+    invalidated part would have been written as new input). So the call
+    costs ``(invalidated - saved) * write - invalidated * read`` more, and
+    each later call reads ``saved`` tokens less.
+
     Args:
         pricing: The provider family's rules and prices.
         cached_before: Tokens the cache held for this prompt's prefix before the
@@ -117,12 +128,13 @@ def rewrite_cost(
     """
     calls = pricing.horizon_calls if remaining_calls is None else max(0, remaining_calls)
     invalidated = max(0, cached_before - max(0, reused_tokens))
-    premium = max(0.0, pricing.write_multiplier - pricing.read_multiplier)
-    cost = invalidated * premium + max(0, reasoning_tokens_dropped) * pricing.output_multiplier
-    savings = max(0, saved_tokens) * pricing.read_multiplier * calls
+    saved = max(0, saved_tokens)
+    now = (invalidated - saved) * pricing.write_multiplier - invalidated * pricing.read_multiplier
+    cost = now + max(0, reasoning_tokens_dropped) * pricing.output_multiplier
+    savings = saved * pricing.read_multiplier * calls
     return RewriteCost(
         invalidated_tokens=invalidated,
-        saved_tokens=max(0, saved_tokens),
+        saved_tokens=saved,
         reasoning_tokens_dropped=max(0, reasoning_tokens_dropped),
         remaining_calls=calls,
         cost=cost,

@@ -25,10 +25,12 @@ from context_engine.breaker import CircuitBreaker
 from context_engine.cache_cost import CacheEstimate, estimate_call
 from context_engine.errors import CompactionError, CompactionRefusedError
 from context_engine.events import ContextUsage, RewriteEvent, RewriteReason, Scope
+from context_engine.formats.breakpoints import MAX_BREAKPOINTS, place_breakpoints
 from context_engine.messages import Message
 from context_engine.meter import Meter
 from context_engine.native.hook import request_options_for
 from context_engine.pipeline import BREAKER_OPEN, Outcome, is_deliberate_skip
+from context_engine.pricing import CACHE_PRICING
 from context_engine.request_cap import CAP_REACHED, cap_reached
 from context_engine.results import CompactResult, Projection, RecoveryResult
 from context_engine.session import Remembered, Session
@@ -287,7 +289,9 @@ async def finish(
         usage = _remember(call, outcome, call.estimate, None, desk)
         if usage.cache is not None:
             _count_cost(call, usage.cache, desk)
-        return Projection(messages=outcome.view, usage=usage, changed=False)
+        return Projection(
+            messages=_with_breakpoints(call, outcome.view), usage=usage, changed=False
+        )
     floor = outcome.floor
     if floor is None and outcome.tokens > call.threshold:
         floor = call.floor_of(outcome.view, outcome.tokens)
@@ -302,6 +306,7 @@ async def finish(
     if usage.cache is not None:
         _count_cost(call, usage.cache, desk)
     view, trace = _assembled(call, outcome, desk)
+    view = _with_breakpoints(call, view)
     for step in outcome.steps:
         if step.applied:
             saved = step.tokens_before - step.tokens_after
@@ -370,6 +375,22 @@ def _count_break(call: Call, event: RewriteEvent, desk: Desk) -> None:
     if pricing is not None and event.cost is not None:
         reason = _metric_reason(call)
         desk.telemetry.cache_break(event.strategy, reason, pricing.family, event.cost)
+
+
+def _with_breakpoints(call: Call, view: tuple[Message, ...]) -> tuple[Message, ...]:
+    """``view`` with the engine's Anthropic breakpoints, when ``cache_breakpoints`` is on."""
+    settings = call.settings
+    if not settings.cache_breakpoints or not view:
+        return view
+    pricing = settings.pricing or CACHE_PRICING["anthropic"]
+    count = call.meter.counter.count_message
+    overhead = call.meter.overhead_tokens
+    return place_breakpoints(
+        view,
+        lambda index: overhead + sum(map(count, view[: index + 1])),
+        limit=pricing.max_breakpoints if pricing.max_breakpoints is not None else MAX_BREAKPOINTS,
+        min_tokens=pricing.minimum_for(pricing.model),
+    )
 
 
 def _metric_reason(call: Call) -> str:

@@ -45,6 +45,7 @@ from context_engine.boundary import (
 )
 from context_engine.breaker import BreakerState, CircuitBreaker
 from context_engine.call import Desk, Hooks, Operation, Requester, finish, mark_span, open_call
+from context_engine.economy import economize
 from context_engine.errors import ConfigurationError
 from context_engine.events import ContextUsage, Snapshot
 from context_engine.messages import Message
@@ -118,6 +119,18 @@ class ContextEngine:
         pricing: A provider family's cache rules and prices (a `CachePricing`
             or a `CACHE_PRICING` name such as ``"anthropic"``): usage then
             carries the call's cache estimate and rewrite events their cost.
+        cost_aware: With ``pricing``, a view that fits is still rewritten when
+            that pays: old tool results are cleared (by the pipeline's
+            `ToolResultMicrocompact`) when the tokens saved over the calls to
+            come (``pricing.horizon_calls``) outweigh the cache they break and
+            the reasoning they drop (`context_engine.economy`). False (the
+            default): below the threshold the view is the transcript.
+        cache_breakpoints: Place Anthropic ``cache_control`` breakpoints on the
+            views handed out (never on a commit): after the stable prefix (the
+            leading system messages and the checkpoint after them) and on the
+            last message, within the request's four once the caller's own are
+            counted (`context_engine.formats.breakpoints.place_breakpoints`).
+            For a caller that sends the views with `to_anthropic`.
         max_llm_rewrites_per_request: LLM rewrites (summaries) allowed between
             two user messages in ``project`` (a ``recover_overflow`` counts but
             is never refused); past it the LLM strategies are skipped with the
@@ -154,6 +167,8 @@ class ContextEngine:
         reasoning: ReasoningPolicy = "drop",
         pricing: CachePricing | str | None = None,
         max_llm_rewrites_per_request: int | None = DEFAULT_MAX_LLM_REWRITES,
+        cost_aware: bool = False,
+        cache_breakpoints: bool = False,
     ) -> None:
         self._settings: Settings = checked_settings(
             context_window=context_window,
@@ -168,6 +183,8 @@ class ContextEngine:
             reasoning=reasoning,
             pricing=pricing,
             max_llm_rewrites_per_request=max_llm_rewrites_per_request,
+            cost_aware=cost_aware,
+            cache_breakpoints=cache_breakpoints,
         )
         breaker = checked_breaker(
             max_consecutive_failures, breaker_cooldown_calls, breaker_cooldown_seconds
@@ -400,9 +417,14 @@ class ContextEngine:
             if extra.get("boundary"):  # compact_if_needed: a /compact that reports its own reason
                 call = attrs.evolve(call, reason="request_boundary")
             if operation == "project" and call.fits and not call.tier_due:  # nothing to rewrite
-                outcome = call.unchanged()
+                if settings.cost_aware:  # unless a rewrite pays for itself
+                    outcome = settle(call, await keep(call, economize(call, session)))
+                else:
+                    outcome = call.unchanged()
             else:
                 changed = await rewrite(call, session, self.on_strategy, extra.get("instructions"))
+                if settings.cost_aware and operation == "project" and not changed.reused:
+                    changed = economize(call, session, changed)  # clear more in the same break
                 outcome = settle(call, await keep(call, changed))
             result = await finish(call, outcome, self._desk())
             if settings.background is not None:  # the next checkpoint, written meanwhile

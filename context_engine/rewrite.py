@@ -28,7 +28,7 @@ from context_engine.session import Session
 from context_engine.strategies.base import Budget, Strategy
 from context_engine.tiers import run_tier
 
-__all__ = ["keep", "rewrite", "settle", "unbind_reasoning"]
+__all__ = ["extended", "keep", "rewrite", "settle", "unbind_reasoning"]
 
 logger = logging.getLogger("context_engine.engine")
 
@@ -45,9 +45,9 @@ async def rewrite(
         if call.tier_due:  # below the threshold, above a proactive trigger: one early summary
             assert call.settings.proactive_at is not None
             return await run_tier(call, strategies, budget, call.settings.proactive_at, on_strategy)
-        extended = _extended(call, session, budget)
-        if extended is not None:
-            return extended
+        reused = extended(call, session, budget)
+        if reused is not None and reused.tokens <= call.threshold:
+            return reused
         swapped = await swap_in(call, session.background, budget)  # written in the background
         if swapped is not None:
             return await _after_swap(call, swapped, strategies, budget, on_strategy)
@@ -99,14 +99,12 @@ async def _after_swap(
     return swapped.then(more)
 
 
-def _extended(call: Call, session: Session, budget: Budget) -> Outcome | None:
-    """The last projected view plus the new messages, when that still fits."""
+def extended(call: Call, session: Session, budget: Budget) -> Outcome | None:
+    """The last projected view plus the new messages, measured (fitting or not), or None."""
     view = session.extension(call.transcript)
     if view is None:
         return None
     tokens = budget.measure(view)
-    if tokens > call.threshold:
-        return None
     last = session.last
     assert last is not None
     assert last.outcome is not None

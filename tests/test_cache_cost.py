@@ -50,13 +50,14 @@ def test_a_rewrite_that_saves_little_but_drops_much_reasoning_is_not_worth_it() 
         ANTHROPIC,
         cached_before=60_000,
         reused_tokens=59_000,
-        saved_tokens=2_000,
+        saved_tokens=900,
         reasoning_tokens_dropped=3_000,
     )
-    assert small.cost == pytest.approx(1_000 * 1.15 + 3_000 * 5.0)
-    assert small.savings == pytest.approx(2_000 * 0.1 * 10)
+    rewritten = (1_000 - 900) * 1.25 - 1_000 * 0.1  # what is left of the invalidated part
+    assert small.cost == pytest.approx(rewritten + 3_000 * 5.0)
+    assert small.savings == pytest.approx(900 * 0.1 * 10)
     assert not small.worth_it
-    without_reasoning = attrs.evolve(small, cost=1_000 * 1.15)
+    without_reasoning = attrs.evolve(small, cost=rewritten)
     assert without_reasoning.worth_it
 
 
@@ -65,9 +66,22 @@ def test_a_rewrite_that_halves_the_prompt_pays_over_the_remaining_calls() -> Non
         OPENAI, cached_before=100_000, reused_tokens=5_000, saved_tokens=50_000, remaining_calls=20
     )
     assert big.invalidated_tokens == 95_000
-    assert big.net == pytest.approx(50_000 * 0.1 * 20 - 95_000 * 0.9)
+    assert big.cost == pytest.approx(45_000 * 1.0 - 95_000 * 0.1)
+    assert big.net == pytest.approx(50_000 * 0.1 * 20 - big.cost)
     assert big.worth_it
     assert big.dollars == pytest.approx(big.net * 1.25 / 1_000_000)
+
+
+def test_the_saved_tokens_are_not_written_again_so_a_deep_cut_can_pay_at_once() -> None:
+    """Removing most of what the cache held writes less than it reads: negative cost."""
+    deep = rewrite_cost(
+        ANTHROPIC, cached_before=40_000, reused_tokens=2_000, saved_tokens=36_000, remaining_calls=0
+    )
+    assert deep.cost == pytest.approx(2_000 * 1.25 - 38_000 * 0.1)
+    assert deep.cost < 0
+    assert deep.worth_it  # even with no call left to profit from it
+    shallow = attrs.evolve(deep, cost=30_000 * 1.25 - 38_000 * 0.1)
+    assert not shallow.worth_it
 
 
 COUNTER = FixedTokenCounter()

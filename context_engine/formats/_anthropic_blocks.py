@@ -30,6 +30,7 @@ __all__ = [
     "Form",
     "arguments_text",
     "default_form",
+    "layout_fits",
     "read_block",
     "write_block",
     "write_blocks",
@@ -272,7 +273,8 @@ def write_block(block: Block, entry: Mapping[str, Any] | None) -> dict[str, Any]
     return out
 
 
-def _layout_fits(layout: object, blocks: Sequence[Block]) -> bool:
+def layout_fits(layout: object, blocks: Sequence[Block]) -> bool:
+    """Whether a block layout still matches ``blocks`` (the writer ignores one that does not)."""
     if not isinstance(layout, list):
         return False
     consuming = [e for e in layout if not (isinstance(e, Mapping) and "opaque" in e)]
@@ -287,7 +289,7 @@ def write_blocks(blocks: Sequence[Block], layout: object) -> list[dict[str, Any]
     A layout that no longer fits (a strategy removed or added blocks) is ignored,
     and the blocks kept whole in it are dropped with it.
     """
-    if not _layout_fits(layout, blocks):
+    if not layout_fits(layout, blocks):
         return [write_block(block, None) for block in blocks]
     assert isinstance(layout, list)
     written: list[dict[str, Any]] = []

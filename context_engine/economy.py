@@ -1,0 +1,105 @@
+"""Cost-aware clearing: old tool results go whenever that pays, not only to fit.
+
+A provider's prompt cache makes a long prompt cheap to resend (cached tokens
+cost about a tenth of new ones) but a rewrite expensive: everything after the
+first changed message is written to the cache again. So a rewrite is worth
+making when the tokens it saves on the calls still to come outweigh what it
+adds to this one (`context_engine.cache_cost.rewrite_cost`, which also prices
+the reasoning it drops). With ``cost_aware=True`` every `project` asks the
+pipeline's `ToolResultMicrocompact` what clearing every result it may clear
+would give, prices that against sending the view as planned, and sends the
+cheaper one:
+
+* below the threshold, the view as planned is the transcript, or the last
+  rewritten view plus the new messages (`Session.extension`); the cleared
+  view is view-only (nothing to commit: the caller's transcript keeps every
+  result), and the engine keeps sending it plus what comes next while it fits;
+* above the threshold, the view as planned is the pipeline's, which fits;
+  clearing more of it in the same call costs no second cache break, only
+  the saved tokens are no longer sent.
+"""
+
+from __future__ import annotations
+
+import time
+
+import attrs
+
+from context_engine.cache_cost import rewrite_cost
+from context_engine.call import Call
+from context_engine.events import RewriteStep
+from context_engine.messages import Message
+from context_engine.pipeline import Outcome
+from context_engine.rewrite import extended, unbind_reasoning
+from context_engine.session import Session
+from context_engine.strategies.base import Budget
+from context_engine.strategies.microcompact import ToolResultMicrocompact
+
+__all__ = ["economize"]
+
+
+def economize(call: Call, session: Session, planned: Outcome | None = None) -> Outcome:
+    """``planned`` with every clearable tool result cleared when that pays, else ``planned``.
+
+    ``planned`` is the pipeline's outcome of this call; None for a `project`
+    that fits, whose plan is the last rewritten view plus the new messages
+    (when the caller appended to what it projected last) or the transcript.
+    """
+    pricing, budget = call.settings.pricing, call.budget()
+    base = planned
+    if base is None:
+        base = extended(call, session, budget) or call.unchanged()
+    cleared = _cleared(call, base.view, budget.with_tokens(base.tokens))
+    if pricing is None or cleared is None:
+        return base
+    # Only this call's own rewrites join the clearing; a reused view's came before.
+    whole = base.then(cleared) if base.changed and not base.reused else cleared
+    _, cached = session.prefix(call.meter, base.view)
+    _, reused = session.prefix(call.meter, cleared.view)
+    dropped = unbind_reasoning(call, whole).reasoning_dropped
+    already = unbind_reasoning(call, base).reasoning_dropped if not base.reused else 0
+    cost = rewrite_cost(
+        pricing,
+        cached_before=cached,
+        reused_tokens=reused,
+        saved_tokens=base.tokens - cleared.tokens,
+        reasoning_tokens_dropped=max(0, dropped - already),
+    )
+    return whole if cost.worth_it else base
+
+
+def _clearing(call: Call) -> ToolResultMicrocompact | None:
+    """The pipeline's first tool-result microcompact, which says what may be cleared."""
+    return next(
+        (s for s in call.settings.strategies if isinstance(s, ToolResultMicrocompact)), None
+    )
+
+
+def _cleared(call: Call, view: tuple[Message, ...], budget: Budget) -> Outcome | None:
+    """``view`` with every result the microcompact may clear cleared, or None if none may be."""
+    strategy = _clearing(call)
+    if strategy is None:
+        return None
+    started = time.perf_counter()
+    # A threshold of 0 makes the strategy clear every result it may: the cache breaks
+    # at the first cleared result however many follow it.
+    result = strategy.rewrite(view, attrs.evolve(budget, threshold=0))
+    if not result.applied:
+        return None
+    messages = tuple(result.messages)
+    after = budget.measure(messages)
+    step = RewriteStep(
+        name=strategy.name,
+        applied=True,
+        tokens_before=budget.tokens,
+        tokens_after=after,
+        duration=time.perf_counter() - started,
+    )
+    return Outcome(
+        view=messages,
+        tokens=after,
+        steps=(step,),
+        applied=(strategy.name,),
+        removed=tuple(result.removed),
+        views=(messages,),
+    )

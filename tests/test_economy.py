@@ -1,0 +1,189 @@
+"""Cost-aware rewrites (``cost_aware=True``): old tool results are cleared when that pays."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import pytest
+
+from context_engine import ContextEngine, Message
+from context_engine.errors import ConfigurationError
+from context_engine.invariants import check_view
+from context_engine.messages import TextBlock, ThinkingBlock, ToolCall
+from context_engine.pricing import CACHE_PRICING
+from context_engine.strategies import FullSummary, HardTruncate, ToolResultMicrocompact
+from context_engine.structure import CLEARED_KEY
+from context_engine.summarize.extractive import ExtractiveSummarizer
+from context_engine.testing import FixedTokenCounter, synthetic_session
+
+COUNTER = FixedTokenCounter()  # 4 characters a token
+
+
+def step(n: int, result_tokens: int, text: str = "") -> list[Message]:
+    call = ToolCall(f"c{n}", "read_file", f'{{"path": "src/f{n}.py"}}')
+    return [
+        Message.assistant(text or f"reading f{n}", tool_calls=[call]),
+        Message.tool(f"c{n}", f"line {n}\n" * (result_tokens // 2)),
+    ]
+
+
+def session(steps: int, result_tokens: int = 1_000) -> list[Message]:
+    messages = [Message.system("You fix bugs."), Message.user("Fix the parser.")]
+    for n in range(steps):
+        messages += step(n, result_tokens)
+    return messages
+
+
+def engine(strategies: list[Any] | None = None, **options: Any) -> ContextEngine:
+    options.setdefault("pricing", "anthropic")
+    options.setdefault("cost_aware", True)
+    return ContextEngine(
+        options.pop("window", 100_000),
+        strategies if strategies is not None else [ToolResultMicrocompact()],
+        token_counter=COUNTER,
+        **options,
+    )
+
+
+def cleared(view: tuple[Message, ...]) -> list[str | None]:
+    return [m.tool_call_id for m in view if m.metadata.get(CLEARED_KEY)]
+
+
+# -- below the threshold: clear when that pays --------------------------------------------------
+
+
+def test_cost_aware_clears_old_tool_results_below_the_threshold_when_that_pays() -> None:
+    """A growing session far below the threshold gets its old results cleared, view-only."""
+    agent = engine()
+    messages = session(6)
+    before = list(messages)
+    first = agent.project_sync(messages)
+    assert first.changed  # nothing cached yet: the cleared view is cheaper to write now
+    assert first.event is not None
+    assert first.event.strategy == "tool_result_microcompact"
+    assert first.event.cost is not None
+    assert first.event.cost.worth_it
+    assert first.commit is None  # the caller's transcript keeps every result
+    assert cleared(first.messages) == ["c0"]
+    assert messages == before
+    assert check_view(messages, first.messages) == []
+    # The next call sends the cleared view plus what came after: the cache holds.
+    grown = messages + step(6, 1_000)
+    second = agent.project_sync(grown)
+    assert second.messages[: len(first.messages)] == first.messages
+    assert second.usage.prefix_stable is True
+
+
+@pytest.mark.parametrize(("horizon", "clears"), [(10, False), (10_000, True)])
+def test_a_fitting_view_is_not_rewritten_when_the_saving_does_not_pay(
+    horizon: int, clears: bool
+) -> None:
+    """One small old result behind a long cached prefix: clearing it rewrites too much.
+
+    Unless the session goes on long enough for the small saving to add up.
+    """
+    pricing = attrs.evolve(CACHE_PRICING["anthropic"], horizon_calls=horizon)
+    agent = engine(pricing=pricing)
+    long_text = [Message.assistant("notes " * 4_000) for _ in range(4)]  # about 24,000 tokens
+    head = [Message.system("You fix bugs."), Message.user("Fix it."), *step(0, 200), *long_text]
+    messages = head + [m for n in range(1, 5) for m in step(n, 200)]
+    assert not agent.project_sync(messages).changed  # c0 is among the five newest calls
+    grown = messages + step(5, 200)  # now c0 may be cleared
+    result = agent.project_sync(grown)
+    assert result.changed is clears
+    assert cleared(result.messages) == (["c0"] if clears else [])
+    assert (result.event is None) is not clears
+
+
+def test_without_cost_aware_a_fitting_view_is_the_transcript() -> None:
+    messages = session(6)
+    result = engine(cost_aware=False).project_sync(messages)
+    assert not result.changed
+    assert result.messages == tuple(messages)
+
+
+def reasoning_session(extra_steps: int) -> list[Message]:
+    """Turn one reads a big result and reasons about it; turn two goes on with small steps."""
+    call = ToolCall("a", "read_file", '{"path": "src/big.py"}')
+    thought = ThinkingBlock("the bug is in the tokenizer " * 290, signature="sig")  # ~2,000
+    messages = [
+        Message.system("You fix bugs."),
+        Message.user("Find the bug."),
+        Message.assistant("reading", tool_calls=[call]),
+        Message.tool("a", "code\n" * 4_000),  # about 5,000 tokens
+        Message("assistant", (thought, TextBlock("found it"))),
+        Message.user("Now fix it."),
+    ]
+    for n in range(extra_steps):
+        messages += step(n, 100)
+    return messages
+
+
+@pytest.mark.parametrize(("reasoning", "clears"), [("drop", False), ("keep", True)])
+def test_a_rewrite_that_saves_little_but_drops_much_reasoning_is_not_made(
+    reasoning: str, clears: bool
+) -> None:
+    """Clearing the big result would drop the reasoning after it: priced as output, it loses."""
+    agent = engine(reasoning=reasoning)
+    agent.project_sync(reasoning_session(4))  # the big result is still among the newest five
+    result = agent.project_sync(reasoning_session(5))
+    assert ("a" in cleared(result.messages)) is clears
+    if clears:
+        assert result.event is not None
+        assert result.event.cost is not None
+        assert result.event.cost.reasoning_tokens_dropped == 0
+
+
+# -- above the threshold ------------------------------------------------------------------------
+
+
+def summarizing(**options: Any) -> ContextEngine:
+    strategies = [
+        ToolResultMicrocompact(),
+        FullSummary(summarizer=ExtractiveSummarizer()),
+        HardTruncate(),
+    ]
+    return engine(strategies, window=20_000, **options)
+
+
+def test_above_the_threshold_the_same_cache_break_clears_every_result_that_pays() -> None:
+    """The pipeline clears just enough to fit; cost-aware, the rest goes in the same rewrite."""
+    messages = session(15, result_tokens=1_200)
+    plain = summarizing(cost_aware=False).project_sync(messages)
+    aware = summarizing().project_sync(messages)
+    assert plain.strategy == aware.strategy == "tool_result_microcompact"
+    assert len(cleared(aware.messages)) > len(cleared(plain.messages))
+    assert set(cleared(plain.messages)) < set(cleared(aware.messages))
+    assert aware.usage.tokens < plain.usage.tokens <= plain.usage.threshold
+    assert aware.commit is None
+    assert check_view(messages, aware.messages) == []
+
+
+def test_cost_aware_views_fit_and_keep_the_invariants_over_a_long_session() -> None:
+    agent = summarizing()
+    transcript: list[Message] = []
+    for message in synthetic_session(80):
+        if transcript and message.role == "assistant":
+            result = agent.project_sync(transcript)
+            assert result.usage.tokens <= result.usage.threshold
+            assert check_view(transcript, result.messages) == []
+            if result.commit is not None:
+                transcript = list(result.commit)
+        transcript.append(message)
+
+
+# -- settings -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"cost_aware": True, "pricing": None}, "pass pricing= too"),
+        ({"cost_aware": "yes"}, "cost_aware must be True or False"),
+    ],
+    ids=["without-pricing", "not-a-bool"],
+)
+def test_cost_aware_settings_are_checked(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        engine(**options)
