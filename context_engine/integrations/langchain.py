@@ -187,6 +187,11 @@ class ContextEngineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     views never depend on another's; a run without a ``thread_id`` is the
     conversation ``"default"``.
 
+    Every rewrite reaches the run's callbacks as a custom event named after
+    the engine call (``context_engine.project``, ``.recover_overflow``,
+    ``.compact``) with `rewrite_fields` as its data, before the model is sent
+    the rewritten view; ``astream_events`` yields it as ``on_custom_event``.
+
     Args:
         engine: The engine that decides what the model sees, or an
             `EnginePool` giving one per ``thread_id``.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -162,7 +161,6 @@ async def test_apply_management_reports_its_commit_to_the_hooks(
     rewrites = subscribed(run)
 
     run.manager.apply_management(run.agent)
-    await asyncio.sleep(0)
 
     assert [e.rewrite.committed for e, _ in rewrites.seen] == [True]
     assert rewrites.seen[0][0].rewrite is run.events[-1]
