@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from typing import Any
 from uuid import UUID
 
@@ -43,6 +44,18 @@ from tests.integrations.test_langchain import (
 
 pytestmark = pytest.mark.extra("langchain")
 
+# Before Python 3.11 an async LangGraph run hands its nodes no config (asyncio tasks take no
+# context there), so an async run has no LangChain run inside the model node to dispatch to.
+NO_ASYNC_RUN = pytest.mark.xfail(
+    sys.version_info < (3, 11),
+    reason="LangGraph passes no run config into async nodes before Python 3.11",
+    strict=True,
+)
+CALLBACK_MODES = [
+    pytest.param(mode, marks=NO_ASYNC_RUN) if mode in ("async", "astream") else mode
+    for mode in ALL_MODES
+]
+
 
 class Handler(BaseCallbackHandler):
     """A LangChain callback handler keeping every custom event, and how many calls preceded it."""
@@ -67,7 +80,7 @@ class Handler(BaseCallbackHandler):
 # ------------------------------------------------------------------------------ callbacks
 
 
-@pytest.mark.parametrize("mode", ALL_MODES)
+@pytest.mark.parametrize("mode", CALLBACK_MODES)
 def test_every_rewrite_reaches_the_runs_callbacks_before_its_view_is_sent(mode: str) -> None:
     events = Events()
     model = ScriptedModel(steps=55)
@@ -87,6 +100,7 @@ def test_every_rewrite_reaches_the_runs_callbacks_before_its_view_is_sent(mode: 
         assert from_langchain(model.received[calls])[1].is_summary
 
 
+@NO_ASYNC_RUN
 def test_rewrites_are_on_custom_event_entries_of_astream_events() -> None:
     events = Events()
     model = ScriptedModel(steps=55)
@@ -109,7 +123,7 @@ def test_rewrites_are_on_custom_event_entries_of_astream_events() -> None:
     ]
 
 
-@pytest.mark.parametrize("mode", ALL_MODES)
+@pytest.mark.parametrize("mode", CALLBACK_MODES)
 def test_an_overflow_recovery_is_a_recover_overflow_event(mode: str) -> None:
     events = Events()
     model = ScriptedModel(steps=60, limit=LIMIT)
@@ -125,7 +139,7 @@ def test_an_overflow_recovery_is_a_recover_overflow_event(mode: str) -> None:
     assert all(data["reason"] == "overflow" and data["committed"] for data in recoveries)
 
 
-@pytest.mark.parametrize("mode", ALL_MODES)
+@pytest.mark.parametrize("mode", CALLBACK_MODES)
 def test_a_compact_command_is_a_compact_event(mode: str) -> None:
     events = Events()
     model = ScriptedModel(steps=0)
