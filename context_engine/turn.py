@@ -29,13 +29,19 @@ Commits are handed back: `TurnResult.commit` is the transcript the runtime
 should keep from now on (None: keep its own), and every `ModelCallStep`
 carries the commit made so far for runtimes that persist before the call.
 
+Every rewrite the engine made for the turn (the projection's, the
+recovery's, the ``/compact``'s) is handed to the drivers' ``on_event`` as
+soon as the engine step returns, before the model is sent its view: the
+adapters surface it through the runtime's own callbacks, hooks or tracing.
+
 Public names: `turn_flow`, `run_turn`, `run_turn_sync`, `advance_turn`, the steps
 `CompactStep`, `ProjectStep`, `ModelCallStep`, `RecoverStep` (`TurnStep` is
-their union) and `TurnResult`.
+their union), `TurnResult` and `EventHook` (the type of ``on_event``).
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import Any, Generic, TypeAlias, TypeVar
@@ -45,12 +51,14 @@ import attrs
 from context_engine.commands import CompactCommand, parse_compact_command
 from context_engine.engine import ContextEngine
 from context_engine.errors import CompactionError, ConfigurationError
+from context_engine.events import RewriteEvent
 from context_engine.messages import Message
 from context_engine.overflow import is_context_overflow
 from context_engine.results import CompactResult, Projection, RecoveryResult
 
 __all__ = [
     "CompactStep",
+    "EventHook",
     "ModelCallStep",
     "ProjectStep",
     "RecoverStep",
@@ -66,6 +74,8 @@ logger = logging.getLogger(__name__)
 
 R = TypeVar("R")
 _Transcript: TypeAlias = tuple[Message, ...]
+EventHook: TypeAlias = Callable[[RewriteEvent], Any]
+"""Called with each `RewriteEvent` of a turn; the async drivers await what it returns."""
 
 
 @attrs.frozen
@@ -281,6 +291,8 @@ async def advance_turn(
     engine: ContextEngine,
     flow: Generator[TurnStep, Any, TurnResult[Any]],
     error: Exception | None = None,
+    *,
+    on_event: EventHook | None = None,
 ) -> ModelCallStep | TurnResult[Any]:
     """Resume ``flow`` and answer its engine steps until it waits for the model.
 
@@ -293,6 +305,8 @@ async def advance_turn(
         engine: The engine of the conversation.
         flow: A `turn_flow`, new or waiting at a `ModelCallStep`.
         error: The model call's error to throw in, or None to start the flow.
+        on_event: Called (and awaited when it returns an awaitable) with
+            each `RewriteEvent` an engine step made; what it raises is logged.
 
     Returns:
         The `ModelCallStep` the flow waits at, or its `TurnResult` when it
@@ -315,6 +329,44 @@ async def advance_turn(
             answer = await _engine_step(engine, step)
         except CompactionError as exc:
             error = exc
+        else:
+            await _areport(on_event, answer)
+
+
+def _event_of(answer: object) -> RewriteEvent | None:
+    event = getattr(answer, "event", None)  # Projection, RecoveryResult, CompactResult
+    return event if isinstance(event, RewriteEvent) else None
+
+
+async def _areport(on_event: EventHook | None, answer: object) -> None:
+    """Hand the engine step's rewrite to ``on_event``; an observer never breaks the turn."""
+    event = _event_of(answer)
+    if on_event is None or event is None:
+        return
+    try:
+        returned = on_event(event)
+        if inspect.isawaitable(returned):
+            await returned
+    except Exception:
+        logger.warning("strategy=<%s> | on_event failed; ignored", event.strategy, exc_info=True)
+
+
+def _report(on_event: EventHook | None, answer: object) -> None:
+    """`_areport` for the blocking driver: ``on_event`` must be a plain function."""
+    event = _event_of(answer)
+    if on_event is None or event is None:
+        return
+    try:
+        returned = on_event(event)
+    except Exception:
+        logger.warning("strategy=<%s> | on_event failed; ignored", event.strategy, exc_info=True)
+        return
+    if inspect.iscoroutine(returned):
+        returned.close()
+        raise ConfigurationError(
+            "run_turn_sync's on_event returned a coroutine: pass a plain function, "
+            "or drive the turn with `await run_turn(...)`"
+        )
 
 
 async def _engine_step(engine: ContextEngine, step: CompactStep | ProjectStep | RecoverStep) -> Any:
@@ -332,6 +384,7 @@ async def run_turn(
     *,
     compact_command: bool = True,
     is_overflow: Callable[[BaseException], bool] = is_context_overflow,
+    on_event: EventHook | None = None,
 ) -> TurnResult[R]:
     """Run `turn_flow` against ``engine`` and ``call_model``.
 
@@ -342,6 +395,9 @@ async def run_turn(
             exceptions are the model's errors.
         compact_command: As `turn_flow`.
         is_overflow: As `turn_flow`.
+        on_event: Called (and awaited when it returns an awaitable) with each
+            `RewriteEvent` of the turn, before the model is sent the view it
+            made; what it raises is logged, never raised.
 
     Returns:
         The `TurnResult`; persist its ``commit`` when it is not None.
@@ -358,10 +414,13 @@ async def run_turn(
         try:
             if isinstance(step, ModelCallStep):
                 stepper.answer(await call_model(step.messages))
-            else:
-                stepper.answer(await _engine_step(engine, step))
+                continue
+            answer = await _engine_step(engine, step)
         except Exception as exc:
             stepper.fail(exc)
+        else:
+            await _areport(on_event, answer)
+            stepper.answer(answer)
     assert stepper.result is not None
     return stepper.result
 
@@ -373,8 +432,11 @@ def run_turn_sync(
     *,
     compact_command: bool = True,
     is_overflow: Callable[[BaseException], bool] = is_context_overflow,
+    on_event: Callable[[RewriteEvent], None] | None = None,
 ) -> TurnResult[R]:
     """Blocking `run_turn`: the engine's ``_sync`` methods and a blocking ``call_model``.
+
+    ``on_event`` is as in `run_turn`, a plain function.
 
     Raises:
         BlockingCallInEventLoopError: called inside a running event loop (use `run_turn`).
@@ -387,13 +449,20 @@ def run_turn_sync(
         try:
             if isinstance(step, ModelCallStep):
                 stepper.answer(call_model(step.messages))
-            elif isinstance(step, ProjectStep):
-                stepper.answer(engine.project_sync(step.messages))
-            elif isinstance(step, RecoverStep):
-                stepper.answer(engine.recover_overflow_sync(step.messages, step.error))
-            else:
-                stepper.answer(engine.compact_sync(step.messages, step.instructions))
+                continue
+            answer = _engine_step_sync(engine, step)
         except Exception as exc:
             stepper.fail(exc)
+        else:
+            _report(on_event, answer)
+            stepper.answer(answer)
     assert stepper.result is not None
     return stepper.result
+
+
+def _engine_step_sync(engine: ContextEngine, step: CompactStep | ProjectStep | RecoverStep) -> Any:
+    if isinstance(step, ProjectStep):
+        return engine.project_sync(step.messages)
+    if isinstance(step, RecoverStep):
+        return engine.recover_overflow_sync(step.messages, step.error)
+    return engine.compact_sync(step.messages, step.instructions)

@@ -11,14 +11,17 @@ import pytest
 from context_engine import (
     CompactionError,
     CompactStep,
+    ConfigurationError,
     ContextEngine,
     ContextSummary,
     Message,
     ModelCallStep,
     ProjectStep,
     RecoverStep,
+    RewriteEvent,
     TurnResult,
     TurnStep,
+    advance_turn,
     run_turn,
     run_turn_sync,
     turn_flow,
@@ -252,14 +255,20 @@ def test_messages_must_be_a_sequence() -> None:
 # ------------------------------------------------------------------------- the drivers
 
 
-def drive(mode: str, engine: ContextEngine, messages: Any, model: Callable[[Any], Any]) -> Any:
+def drive(
+    mode: str,
+    engine: ContextEngine,
+    messages: Any,
+    model: Callable[[Any], Any],
+    on_event: Callable[[RewriteEvent], Any] | None = None,
+) -> Any:
     if mode == "sync":
-        return run_turn_sync(engine, messages, model)
+        return run_turn_sync(engine, messages, model, on_event=on_event)
 
     async def call(view: Any) -> Any:
         return model(view)
 
-    return asyncio.run(run_turn(engine, messages, call))
+    return asyncio.run(run_turn(engine, messages, call, on_event=on_event))
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -310,6 +319,97 @@ def test_the_drivers_run_a_compact_command(mode: str) -> None:
     result = drive(mode, engine, [*synthetic_session(20), Message.user("/compact")], model)
     assert result.compacted is not None
     assert result.compacted.changed
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_on_event_gets_each_rewrite_before_the_model_is_sent_its_view(mode: str) -> None:
+    """The projection's event, then the recovery's, each before the call that sends its view."""
+    engine = make_engine(RecordingSummarizer(), HardTruncate())
+    timeline: list[str] = []
+
+    def model(view: tuple[Message, ...]) -> str:
+        timeline.append("model")
+        if timeline.count("model") == 1:
+            raise Overflow()
+        return "fits now"
+
+    result = drive(
+        mode,
+        engine,
+        synthetic_session(60),
+        model,
+        on_event=lambda event: timeline.append(event.reason),
+    )
+
+    assert result.response == "fits now"
+    assert timeline == ["threshold", "model", "overflow", "model"]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_on_event_gets_the_compact_commands_rewrite(mode: str) -> None:
+    engine = make_engine(RecordingSummarizer(), window=200_000)
+    events: list[RewriteEvent] = []
+
+    drive(
+        mode,
+        engine,
+        [*synthetic_session(20), Message.user("/compact")],
+        lambda view: "unused",
+        on_event=events.append,
+    )
+
+    assert [(e.reason, e.committed) for e in events] == [("manual", True)]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_failing_on_event_is_logged_and_the_turn_goes_on(
+    mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    engine = make_engine(RecordingSummarizer(), HardTruncate())
+
+    def broken(event: RewriteEvent) -> None:
+        raise RuntimeError("observer bug")
+
+    result = drive(mode, engine, synthetic_session(60), lambda view: "answered", broken)
+
+    assert result.response == "answered"
+    assert result.commit is not None  # the checkpoint the failing observer saw is still kept
+    assert "on_event failed" in caplog.text
+
+
+def test_nothing_is_reported_when_nothing_was_rewritten() -> None:
+    engine = make_engine(RecordingSummarizer())
+    events: list[RewriteEvent] = []
+
+    run_turn_sync(engine, [Message.user("hi")], lambda view: "hello", on_event=events.append)
+
+    assert events == []
+
+
+async def test_advance_turn_awaits_an_async_on_event() -> None:
+    engine = make_engine(RecordingSummarizer(), HardTruncate())
+    events: list[RewriteEvent] = []
+
+    async def record(event: RewriteEvent) -> None:
+        await asyncio.sleep(0)
+        events.append(event)
+
+    flow = turn_flow(synthetic_session(60))
+    step = await advance_turn(engine, flow, on_event=record)
+
+    assert isinstance(step, ModelCallStep)
+    assert [e.strategy for e in events] == ["full_summary"]
+    assert events[0].view == step.messages
+
+
+def test_the_blocking_driver_refuses_a_coroutine_on_event() -> None:
+    engine = make_engine(RecordingSummarizer(), HardTruncate())
+
+    async def record(event: RewriteEvent) -> None:
+        return None
+
+    with pytest.raises(ConfigurationError, match="plain function"):
+        run_turn_sync(engine, synthetic_session(60), lambda view: "x", on_event=record)
 
 
 async def test_the_blocking_driver_refuses_a_running_loop() -> None:

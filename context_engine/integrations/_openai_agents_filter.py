@@ -19,6 +19,7 @@ from agents.tracing.spans import NoOpSpan
 
 from context_engine.engine import ContextEngine
 from context_engine.errors import ConfigurationError
+from context_engine.events import RewriteEvent
 from context_engine.formats.openai_agents import to_openai_agents, usage_from_openai_agents
 from context_engine.integrations._openai_agents_state import (
     Commit,
@@ -26,6 +27,7 @@ from context_engine.integrations._openai_agents_state import (
     MessageCache,
     MessageCaches,
 )
+from context_engine.integrations._reporting import rewrite_fields
 from context_engine.integrations._sizing import Sizing, Trigger, schema_text
 from context_engine.messages import Message
 from context_engine.overflow import is_context_overflow
@@ -103,20 +105,27 @@ def _is(first: object, second: object) -> bool:
     return first is second
 
 
-def _describe(span: Any, engine: ContextEngine, step: ModelCallStep) -> None:
-    """Record what the engine did on the SDK's custom span (when tracing records it)."""
+def _describe(
+    span: Any, engine: ContextEngine, step: ModelCallStep, events: Sequence[RewriteEvent]
+) -> None:
+    """Record what the engine did on the SDK's custom span (when tracing records it).
+
+    With a rewrite, its facts (`rewrite_fields`: reason, tokens before and
+    after, every step) join the view's size and whether it was committed.
+    """
     if isinstance(span, NoOpSpan):
         return
     snapshot = engine.snapshot()
-    span.span_data.data.update(
-        {
-            "tokens": snapshot.usage.tokens if snapshot is not None else 0,
-            "threshold": engine.threshold,
-            "changed": step.changed,
-            "strategy": snapshot.last_strategy if snapshot is not None and step.changed else None,
-            "committed": step.commit is not None,
-        }
-    )
+    data = {
+        "tokens": snapshot.usage.tokens if snapshot is not None else 0,
+        "threshold": engine.threshold,
+        "changed": step.changed,
+        "strategy": snapshot.last_strategy if snapshot is not None and step.changed else None,
+        "committed": step.commit is not None,
+    }
+    if events:
+        data.update({k: v for k, v in rewrite_fields(events[-1]).items() if k not in data})
+    span.span_data.data.update(data)
 
 
 class ContextEngineInputFilter:
@@ -220,14 +229,15 @@ class ContextEngineInputFilter:
             turn = await self._start(self._prepare(input, instructions))
             self._turns.remove(turn)
         with custom_span("context_engine.recover_overflow") as span:
+            events: list[RewriteEvent] = []
             try:
-                step = await advance_turn(self.engine, turn.flow, error)
+                step = await advance_turn(self.engine, turn.flow, error, on_event=events.append)
             except Exception as raised:
                 if raised is error:
                     return None
                 raise
             assert isinstance(step, ModelCallStep)  # the flow returns only after a model answer
-            _describe(span, self.engine, step)
+            _describe(span, self.engine, step, events)
         logger.warning(
             "error=<%s> | the model rejected the prompt as too long; retrying once",
             type(error).__name__,
@@ -315,9 +325,10 @@ class ContextEngineInputFilter:
         """Start the call's turn: project, commit what the engine says to, and send the view."""
         flow = turn_flow(prepared.messages, compact_command=False)
         with custom_span("context_engine.project") as span:
-            step = await advance_turn(self.engine, flow)
+            events: list[RewriteEvent] = []
+            step = await advance_turn(self.engine, flow, on_event=events.append)
             assert isinstance(step, ModelCallStep)  # without /compact the flow waits for the model
-            _describe(span, self.engine, step)
+            _describe(span, self.engine, step, events)
         return self._send(_Turn(prepared, flow), step)
 
     def _send(self, turn: _Turn, step: ModelCallStep) -> _Turn:

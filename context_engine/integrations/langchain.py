@@ -20,11 +20,20 @@ every model call it:
   tool returned with `ContextEngine.cap_tool_result` before LangGraph adds it
   to the state, so the state itself never holds a 60k-token output (the
   original goes to the engine's archive); ``cap_tool_results=False`` keeps
-  results whole.
+  results whole;
+* reports every rewrite to the run's callbacks as a LangChain custom event
+  (``context_engine.project``, ``context_engine.recover_overflow``,
+  ``context_engine.compact``; see `context_engine.integrations._langchain_events`),
+  before the model is sent the rewritten view.
+
+`from_clear_tool_uses` carries a ``ContextEditingMiddleware``'s
+``ClearToolUsesEdit`` (``exclude_tools``, ``keep``, ``placeholder``) over to
+the engine's `ToolResultMicrocompact`.
 
 The policy is `context_engine.turn`'s, shared by every adapter: the sync
-(``invoke``) and async (``ainvoke``) hooks drive it with `run_turn_sync` and
-`run_turn`; this module converts messages and writes commits into the state.
+(``invoke``, ``stream``) and async (``ainvoke``, ``astream``,
+``astream_events``) hooks drive it with `run_turn_sync` and `run_turn`; this
+module converts messages and writes commits into the state.
 A checkpoint the projection wrote is where an overflow recovery starts, so the
 retry sends it and the state keeps it.
 """
@@ -80,7 +89,15 @@ except ImportError as exc:  # pragma: no cover - a test hides the package to che
         "install the extra with: pip install 'context-engine[langchain]'"
     ) from exc
 
-__all__ = ["ContextEngineMiddleware", "RequestBoundaryMiddleware"]
+from context_engine.integrations._langchain_edits import ExcludeTools, from_clear_tool_uses
+from context_engine.integrations._langchain_events import adispatch_rewrite, dispatch_rewrite
+
+__all__ = [
+    "ContextEngineMiddleware",
+    "ExcludeTools",
+    "RequestBoundaryMiddleware",
+    "from_clear_tool_uses",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -176,6 +193,11 @@ class ContextEngineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     views never depend on another's; a run without a ``thread_id`` is the
     conversation ``"default"``.
 
+    Every rewrite reaches the run's callbacks as a custom event named after
+    the engine call (``context_engine.project``, ``.recover_overflow``,
+    ``.compact``) with `rewrite_fields` as its data, before the model is sent
+    the rewritten view; ``astream_events`` yields it as ``on_custom_event``.
+
     Args:
         engine: The engine that decides what the model sees, or an
             `EnginePool` giving one per ``thread_id``.
@@ -259,6 +281,7 @@ class ContextEngineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             lambda view: handler(_with_view(request, view, transcript, len(lead))),
             compact_command=self.compact_command,
             is_overflow=_is_overflow,
+            on_event=dispatch_rewrite,
         )
         return _answer(reader, turn, request, len(lead))
 
@@ -277,6 +300,7 @@ class ContextEngineMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             lambda view: handler(_with_view(request, view, transcript, len(lead))),
             compact_command=self.compact_command,
             is_overflow=_is_overflow,
+            on_event=adispatch_rewrite,
         )
         return _answer(reader, turn, request, len(lead))
 

@@ -39,8 +39,10 @@ agents whose ``model`` is a name (``model="gpt-5.1"``) or left to the default:
   and `ContextEngineSession.compact` is what a ``/compact`` command maps to.
 
 The SDK traces with its own tracing, not OpenTelemetry: every engine call is a
-custom span ``context_engine.project`` / ``context_engine.recover_overflow`` in
-the SDK's trace. The engine's OpenTelemetry spans are children of whatever
+custom span ``context_engine.project`` / ``context_engine.recover_overflow`` /
+``context_engine.compact`` in the SDK's trace, its data the view's size and,
+after a rewrite, the rewrite's facts (reason, tokens before and after, every
+strategy tried). The engine's OpenTelemetry spans are children of whatever
 OpenTelemetry span is current around ``Runner.run``.
 """
 
@@ -67,6 +69,8 @@ try:
     from agents.models.interface import Model, ModelProvider
     from agents.models.multi_provider import MultiProvider
     from agents.run_config import RunConfig
+    from agents.tracing import custom_span
+    from agents.tracing.spans import NoOpSpan
     from agents.usage import Usage as AgentsUsage
 except ImportError as exc:  # pragma: no cover - exercised by a test that hides the package
     raise ImportError(
@@ -75,6 +79,7 @@ except ImportError as exc:  # pragma: no cover - exercised by a test that hides 
     ) from exc
 
 from context_engine.integrations._openai_agents_filter import ContextEngineInputFilter
+from context_engine.integrations._reporting import rewrite_fields
 from context_engine.integrations._sizing import Sizing, Trigger
 
 if TYPE_CHECKING:
@@ -252,7 +257,10 @@ class ContextEngineSession:
             instructions: What the checkpoint should focus on.
         """
         items = await self.session.get_items()
-        result = await self.input_filter.engine.compact(from_openai_agents(items), instructions)
+        with custom_span("context_engine.compact") as span:
+            engine = self.input_filter.engine
+            result = await engine.compact(from_openai_agents(items), instructions)
+            _describe_compact(span, result)
         if result.commit is not None:  # the transcript part: provider blocks are never kept
             await self._replace(to_openai_agents(result.commit))
             self.input_filter.reset()
@@ -294,6 +302,12 @@ class ContextEngineSession:
     async def _replace(self, items: list[TResponseInputItem]) -> None:
         await self.session.clear_session()
         await self.session.add_items(items)
+
+
+def _describe_compact(span: Any, result: CompactResult) -> None:
+    """Record a ``/compact`` on its SDK custom span (when tracing records it)."""
+    if result.event is not None and not isinstance(span, NoOpSpan):
+        span.span_data.data.update(rewrite_fields(result.event))
 
 
 class _SessionModel(ContextEngineModel):

@@ -19,7 +19,10 @@
   cap is replaced by its preview (`ContextEngine.cap_tool_result`) before
   pydantic-ai makes it a ``ToolReturnPart``, so the run's history and
   ``result.all_messages()`` never hold the whole output (the original goes to
-  the engine's archive); ``cap_tool_results=False`` keeps results whole.
+  the engine's archive); ``cap_tool_results=False`` keeps results whole;
+* every rewrite is emitted into the run's event stream as a
+  `ContextRewriteEvent` and written onto the request's span (``chat ...``
+  under ``Instrumentation``) as ``context_engine.*`` attributes.
 
 `history_processor` is the plain form, for ``ProcessHistory(...)``: pydantic-ai
 writes a processor's result back as the run's history, so every view it
@@ -29,7 +32,8 @@ Both are thin: convert with `context_engine.formats.pydantic_ai`, call the
 engine, convert back. The capability's policy is `context_engine.turn`'s: its
 flow is started in ``prepare_model_request``, waits at the model call, and is
 resumed by ``on_model_request_error``. pydantic-ai runs its hooks as coroutines under
-``run`` and ``run_sync`` alike, so there is one async body and no blocking twin.
+``run``, ``run_sync``, ``run_stream``, ``run_stream_events`` and ``iter`` alike,
+so there is one async body and no blocking twin.
 
 Importing this module needs pydantic-ai: ``pip install 'context-engine[pydantic-ai]'``.
 """
@@ -37,6 +41,7 @@ Importing this module needs pydantic-ai: ``pip install 'context-engine[pydantic-
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import Any
@@ -58,13 +63,15 @@ from context_engine.engine import ContextEngine
 from context_engine.errors import CompactionError, ConfigurationError
 from context_engine.formats._pydantic_ai_write import Group
 from context_engine.formats.pydantic_ai import from_pydantic_ai, read_groups, write_history
+from context_engine.integrations._pydantic_ai_events import ContextRewriteEvent, emit_rewrite
+from context_engine.integrations._reporting import annotate_current_span
 from context_engine.integrations._sizing import Sizing, Trigger, schema_text
 from context_engine.integrations.conversations import Conversations, EnginePool
 from context_engine.messages import Message, TextBlock
 from context_engine.results import CompactResult
 from context_engine.turn import ModelCallStep, TurnResult, TurnStep, advance_turn, turn_flow
 
-__all__ = ["ContextEngineCapability", "history_processor"]
+__all__ = ["ContextEngineCapability", "ContextRewriteEvent", "history_processor"]
 
 logger = logging.getLogger(__name__)
 
@@ -145,6 +152,8 @@ async def _project(engine: ContextEngine, bridge: _Bridge, *, view_kept: bool) -
     else:
         view, changed = projection.messages, projection.changed
         commit = projection.commit
+        if projection.event is not None:
+            annotate_current_span(projection.event)
     return _Projected(
         view=bridge.write(view, kept=view_kept) if changed else bridge.history,
         commit=bridge.write(commit, kept=True) if commit is not None else None,
@@ -296,7 +305,9 @@ class ContextEngineCapability(AbstractCapability[Any]):
             bridge.transcript, compact_command=self.compact_command and len(last_group) == 1
         )
         self._turn = turn = _Turn(flow, bridge)
-        step = await advance_turn(self._run_engine, flow)
+        step = await advance_turn(
+            self._run_engine, flow, on_event=functools.partial(emit_rewrite, ctx)
+        )
         if isinstance(step, TurnResult):
             raise _compacted(ctx, bridge, step)
         if step.commit is not None:
@@ -336,7 +347,9 @@ class ContextEngineCapability(AbstractCapability[Any]):
         turn, self._turn = self._turn, None
         if not self.recover_overflow or turn is None:
             raise error
-        step = await advance_turn(self._run_engine, turn.flow, error)  # raises it when it must
+        step = await advance_turn(  # raises ``error`` when it must
+            self._run_engine, turn.flow, error, on_event=functools.partial(emit_rewrite, ctx)
+        )
         assert isinstance(step, ModelCallStep)  # the flow returns only after a model answer
         ctx.messages[:] = turn.bridge.write(step.messages, kept=True)
         turn.retry = True

@@ -22,6 +22,9 @@ the engine in front of every model call of the agent:
   ``agent.messages`` (its ``result`` is writable), so the history itself never
   holds a 60k-token output; the original goes to the engine's archive.
   ``cap_tool_results=False`` keeps results whole.
+* Every rewrite is invoked on ``agent.hooks`` as a `ContextRewriteEvent`
+  (subscribe with a ``HookProvider``) and written onto the current Strands
+  span as ``context_engine.*`` attributes.
 
 Strands calls ``apply_management`` and ``reduce_context`` synchronously from
 inside its event loop; they run the engine's coroutine on a worker thread
@@ -34,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import copy
+import functools
 import logging
 from collections.abc import Callable, Coroutine, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -83,12 +87,13 @@ from context_engine.formats.strands import (
     to_strands,
 )
 from context_engine.integrations._sizing import Sizing, Trigger, schema_text
+from context_engine.integrations._strands_events import ContextRewriteEvent, emit_rewrite
 from context_engine.integrations.conversations import EnginePool
 
 if TYPE_CHECKING:
     from strands.agent.agent import Agent
 
-__all__ = ["ContextEngineConversationManager"]
+__all__ = ["ContextEngineConversationManager", "ContextRewriteEvent"]
 
 logger = logging.getLogger(__name__)
 
@@ -357,7 +362,9 @@ class ContextEngineConversationManager(ConversationManager):
         flow = turn_flow(
             self._transcripts.convert(agent.messages, system_prompt), compact_command=False
         )
-        step = await advance_turn(self.engine, flow)
+        step = await advance_turn(
+            self.engine, flow, on_event=functools.partial(emit_rewrite, agent)
+        )
         assert isinstance(step, ModelCallStep)  # without /compact the flow waits for the model
         if step.commit is not None:
             self._commit(agent, step.commit)
@@ -383,6 +390,8 @@ class ContextEngineConversationManager(ConversationManager):
             return error.view
         if projection.commit is not None:
             self._commit(agent, projection.commit)
+        if projection.event is not None:
+            await emit_rewrite(agent, projection.event)
         return projection.messages if projection.changed else None
 
     async def _recover(self, agent: Any, error: Exception) -> ModelCallStep:
@@ -392,7 +401,9 @@ class ContextEngineConversationManager(ConversationManager):
             await self._start(agent, _system_prompt(agent))
             turn, self._turn = self._turn, None
         assert turn is not None
-        step = await advance_turn(self.engine, turn.flow, error)
+        step = await advance_turn(
+            self.engine, turn.flow, error, on_event=functools.partial(emit_rewrite, agent)
+        )
         assert isinstance(step, ModelCallStep)
         if step.commit is not None:
             self._commit(agent, step.commit)
@@ -483,6 +494,8 @@ class ContextEngineConversationManager(ConversationManager):
         result = await self.engine.compact(transcript, instructions or None)
         if result.commit is not None:  # the transcript part: provider blocks are never kept
             self._commit(agent, result.commit)
+        if result.event is not None:
+            await emit_rewrite(agent, result.event)
         return result
 
     def compact_sync(self, agent: Agent, instructions: str | None = None) -> CompactResult:

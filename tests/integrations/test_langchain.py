@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import pickle
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 import attrs
@@ -21,8 +23,14 @@ from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResp
 from langchain_core.exceptions import ContextOverflowError
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.messages import (
+    AIMessage,
+    AIMessageChunk,
+    BaseMessage,
+    HumanMessage,
+    ToolMessage,
+)
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.tools import tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.checkpoint.memory import InMemorySaver
@@ -61,6 +69,9 @@ COUNTER = FixedTokenCounter()
 LIMIT = 3_000  # the provider's real window in the overflow tests, below the engine's threshold
 NOTE = "because the files read so far point at it. " * 5
 MODES = ["sync", "async"]
+STREAM_MODES = ["stream", "astream"]
+"""``agent.stream`` / ``agent.astream``: the model's answer streamed token by token."""
+ALL_MODES = MODES + STREAM_MODES
 
 
 def prompt_tokens(messages: Sequence[BaseMessage]) -> int:
@@ -132,6 +143,11 @@ class ScriptedModel(BaseChatModel):
         }
         return ChatResult(generations=[ChatGeneration(message=message)])
 
+    def _stream(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> Iterator[ChatGenerationChunk]:
+        yield from stream_answer(self._generate(messages, stop, run_manager, **kw), run_manager)
+
     def answer(self, step: int) -> AIMessage:
         """The answer to the ``step``-th accepted prompt (from 0): a tool call, or ``done``."""
         if self.plan is not None:
@@ -142,6 +158,32 @@ class ScriptedModel(BaseChatModel):
             return AIMessage("done")
         call = {"name": planned[0], "args": planned[1], "id": f"call_{step}"}
         return AIMessage(f"Reading mod_{step} next, {NOTE}", tool_calls=[call])
+
+
+def stream_answer(result: ChatResult, run_manager: Any) -> Iterator[ChatGenerationChunk]:
+    """``result``'s answer as a provider streams it: its words, then its tool calls and usage.
+
+    LangChain's ``GenericFakeChatModel`` drops tool calls when it streams;
+    a provider sends them as ``tool_call_chunks`` in the stream.
+    """
+    message = result.generations[0].message
+    assert isinstance(message, AIMessage)
+    for token in re.split(r"(\s)", message.text):
+        chunk = ChatGenerationChunk(message=AIMessageChunk(content=token))
+        if run_manager is not None:
+            run_manager.on_llm_new_token(token, chunk=chunk)
+        yield chunk
+    calls = [
+        {"name": c["name"], "args": json.dumps(c["args"]), "id": c["id"], "index": n}
+        for n, c in enumerate(message.tool_calls)
+    ]
+    last = AIMessageChunk(
+        content="",
+        tool_call_chunks=calls,  # type: ignore[arg-type]  # the four keys of a ToolCallChunk
+        usage_metadata=message.usage_metadata,
+        chunk_position="last",
+    )
+    yield ChatGenerationChunk(message=last)
 
 
 @tool
@@ -209,12 +251,41 @@ class Events:
         )
 
 
-def invoke(agent: Any, messages: list[BaseMessage], mode: str, **config: Any) -> dict[str, Any]:
+def invoke(
+    agent: Any,
+    messages: list[BaseMessage],
+    mode: str,
+    callbacks: Sequence[Any] = (),
+    **config: Any,
+) -> dict[str, Any]:
+    """Run ``agent`` as ``mode`` says; the final state (streamed: the last ``values`` chunk)."""
     payload = {"messages": messages}
-    run_config = {"configurable": config} if config else None
+    run_config: Any = {"configurable": config, "callbacks": list(callbacks)}
     if mode == "sync":
         return agent.invoke(payload, run_config)  # type: ignore[no-any-return]
-    return asyncio.run(agent.ainvoke(payload, run_config))  # type: ignore[no-any-return]
+    if mode == "async":
+        return asyncio.run(agent.ainvoke(payload, run_config))  # type: ignore[no-any-return]
+    streamed = ["messages", "values"]
+    if mode == "stream":
+        return final_state(agent.stream(payload, run_config, stream_mode=streamed))
+    return asyncio.run(afinal_state(agent.astream(payload, run_config, stream_mode=streamed)))
+
+
+def final_state(chunks: Iterator[tuple[str, Any]]) -> dict[str, Any]:
+    """The last state a ``stream_mode=["messages", "values"]`` stream gave."""
+    states: list[dict[str, Any]] = []
+    tokens = 0
+    for kind, chunk in chunks:
+        if kind == "values":
+            states.append(chunk)
+        else:
+            tokens += 1
+    assert tokens > 0  # the model's answers reached the caller token by token
+    return states[-1]
+
+
+async def afinal_state(chunks: AsyncIterator[tuple[str, Any]]) -> dict[str, Any]:
+    return final_state(iter([chunk async for chunk in chunks]))
 
 
 def build(
@@ -246,7 +317,7 @@ def history(turns: int) -> list[BaseMessage]:
 # ----------------------------------------------------------------------- agent loops
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", ALL_MODES)
 def test_every_model_call_stays_under_the_threshold_and_commits_leave_a_checkpoint(
     mode: str,
 ) -> None:
@@ -309,7 +380,7 @@ def test_a_projection_changes_what_the_model_sees_not_the_agent_state(mode: str)
 # ---------------------------------------------------------------------------- overflow
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", ALL_MODES)
 @pytest.mark.parametrize(
     "overflow", [f for _, f in OVERFLOW_ERRORS], ids=[n for n, _ in OVERFLOW_ERRORS]
 )
@@ -381,7 +452,7 @@ def test_other_model_errors_surface_untouched(mode: str) -> None:
 # ---------------------------------------------------------------------------- /compact
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", ALL_MODES)
 def test_compact_command_compacts_the_state_without_calling_the_model(mode: str) -> None:
     events = Events()
     model = ScriptedModel(steps=10)
@@ -720,6 +791,11 @@ class LoopModel(GenericFakeChatModel):
         self.requests.append(prompt_tokens(messages) + schemas)
         return super()._generate(messages, stop, run_manager, **kw)
 
+    def _stream(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> Iterator[ChatGenerationChunk]:
+        yield from stream_answer(self._generate(messages, stop, run_manager, **kw), run_manager)
+
 
 def search_script(steps: int, first: int = 0) -> Iterator[AIMessage]:
     """``steps`` searches with multi-thousand-token outputs, from step ``first``, then ``done``."""
@@ -808,8 +884,16 @@ def restored(data: bytes) -> InMemorySaver:
 THREAD = {"configurable": {"thread_id": "t"}}
 
 
-@pytest.mark.parametrize("window", WINDOWS, ids=[f"{w // 1000}k" for w in WINDOWS])
-@pytest.mark.parametrize("mode", MODES)
+# Each mode at both windows, and the streamed runs at 8k, where the most checkpoints are written.
+LOOP_RUNS = [
+    *((mode, window) for mode in MODES for window in WINDOWS),
+    *((mode, WINDOWS[0]) for mode in STREAM_MODES),
+]
+
+
+@pytest.mark.parametrize(
+    ("mode", "window"), LOOP_RUNS, ids=[f"{m}-{w // 1000}k" for m, w in LOOP_RUNS]
+)
 def test_a_long_loop_fits_with_its_tool_schemas_and_a_second_process_resumes_it(
     mode: str, window: int, archive_file: Callable[[], SQLiteArchive]
 ) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import attrs
@@ -17,7 +18,7 @@ pytest.importorskip("pydantic_ai", reason=needs("pydantic-ai"))
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from pydantic_ai import Agent, RunContext
+from pydantic_ai import Agent, AgentRunResult, AgentRunResultEvent, RunContext
 from pydantic_ai import messages as pm
 from pydantic_ai.capabilities import AbstractCapability, Instrumentation, ProcessHistory
 from pydantic_ai.exceptions import (
@@ -25,9 +26,9 @@ from pydantic_ai.exceptions import (
     ModelHTTPError,
     ModelRateLimitError,
 )
-from pydantic_ai.models import ModelRequestContext
+from pydantic_ai.models import ModelRequestContext, StreamedResponse
 from pydantic_ai.models.fallback import FallbackModel
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionDef, FunctionModel
 from pydantic_ai.models.instrumented import InstrumentationSettings
 from pydantic_ai.usage import RequestUsage
 
@@ -141,6 +142,72 @@ def plain(messages: list[Message]) -> list[Message]:
         else m
         for m in messages
     ]
+
+
+UNMEASURED = RequestUsage(unmeasured_requests=1)
+
+
+class StreamedFunctionModel(FunctionModel):
+    """A FunctionModel that streams ``function``'s answer as a provider does: text, then calls.
+
+    FunctionModel's own streamed usage is a word-count guess (50 input tokens
+    whatever the prompt), which the engine would take as the provider's count
+    of the prompt; these responses report their usage as unmeasured instead.
+    """
+
+    def __init__(self, function: FunctionDef, **options: Any) -> None:
+        async def stream(messages: list[pm.ModelMessage], info: AgentInfo) -> AsyncIterator[Any]:
+            response = function(messages, info)
+            assert isinstance(response, pm.ModelResponse)
+            for index, part in enumerate(response.parts):
+                if isinstance(part, pm.TextPart):
+                    for start in range(0, len(part.content), 20):
+                        yield part.content[start : start + 20]
+                elif isinstance(part, pm.ToolCallPart):
+                    yield {
+                        index: DeltaToolCall(
+                            name=part.tool_name,
+                            json_args=part.args_as_json_str(),
+                            tool_call_id=part.tool_call_id,
+                        )
+                    }
+
+        super().__init__(function, stream_function=stream, **options)
+
+    @asynccontextmanager
+    async def request_stream(self, *args: Any, **kwargs: Any) -> AsyncIterator[StreamedResponse]:
+        async with super().request_stream(*args, **kwargs) as response:
+            response._usage = UNMEASURED  # replaces the guess; the deltas only add output tokens
+            yield response
+
+
+MODES = ["run", "run_stream_events", "iter"]
+"""How a run is driven: ``run``, ``run_stream_events`` (streamed requests, every event), and
+``iter`` with each model request streamed through ``node.stream``."""
+
+
+async def run_agent(
+    agent: Agent[None, str], prompt: str, mode: str, **options: Any
+) -> AgentRunResult[str]:
+    """Run ``agent`` as ``mode`` says, to the end; its result."""
+    if mode == "run":
+        return await agent.run(prompt, **options)
+    if mode == "run_stream_events":
+        results = []
+        async with agent.run_stream_events(prompt, **options) as events:
+            async for event in events:
+                if isinstance(event, AgentRunResultEvent):
+                    results.append(event.result)
+        (result,) = results
+        return result
+    async with agent.iter(prompt, **options) as run:
+        async for node in run:
+            if Agent.is_model_request_node(node):
+                async with node.stream(run.ctx) as stream:
+                    async for _ in stream:
+                        pass
+    assert run.result is not None
+    return run.result
 
 
 def context_window_error(tokens: int, limit: int) -> ModelHTTPError:
@@ -677,9 +744,6 @@ class LoopModel:
         return pm.ModelResponse(parts=parts, usage=UNMEASURED)
 
 
-UNMEASURED = RequestUsage(unmeasured_requests=1)
-
-
 @attrs.define
 class LoopProcess:
     """One "process" of an app: its own archive store object, pool, model and agent."""
@@ -697,6 +761,7 @@ def start_process(
     model: LoopModel,
     *,
     count_request: bool = True,
+    streamed: bool = False,
 ) -> LoopProcess:
     # Every checkpoint is committed: past the per-request cap a call is sent an extracted
     # digest that is not, and the stored history would not start from the newest one.
@@ -707,9 +772,10 @@ def start_process(
         token_counter=counter,
         max_llm_rewrites_per_request=None,
     )
+    kind = StreamedFunctionModel if streamed else FunctionModel
     served = FallbackModel(  # its window is the smallest of its models': any may answer
-        FunctionModel(model, profile={"context_window": window}),
-        FunctionModel(model, profile={"context_window": 4 * window}),
+        kind(model, profile={"context_window": window}),
+        kind(model, profile={"context_window": 4 * window}),
     )
     model.pool = pool
     recorder = Recorder()
@@ -736,16 +802,29 @@ def assert_fits(process: LoopProcess, threshold: int) -> None:
         assert check_view(plain(transcript), plain(view)) == [], f"request {number}"
 
 
-@pytest.mark.parametrize("window", WINDOWS, ids=[f"{w // 1000}k" for w in WINDOWS])
+# A plain run at both windows; the streamed runs at 8k, where the most checkpoints are written.
+LOOP_RUNS = [("run", window) for window in WINDOWS] + [(m, WINDOWS[0]) for m in MODES[1:]]
+
+
+@pytest.mark.parametrize(
+    ("mode", "window"), LOOP_RUNS, ids=[f"{m}-{w // 1000}k" for m, w in LOOP_RUNS]
+)
 async def test_a_long_loop_fits_with_tools_and_instructions_and_a_second_process_resumes_it(
-    counter: FixedTokenCounter, window: int, archive_file: Callable[[], SQLiteArchive]
+    counter: FixedTokenCounter, mode: str, window: int, archive_file: Callable[[], SQLiteArchive]
 ) -> None:
-    first = start_process(counter, archive_file(), window, LoopModel(counter, LOOP_STEPS))
-    result = await first.agent.run("Find every handler.")
+    streamed = mode != "run"
+    model = LoopModel(counter, LOOP_STEPS)
+    first = start_process(counter, archive_file(), window, model, streamed=streamed)
+    result = await run_agent(first.agent, "Find every handler.", mode)
     uncounted = start_process(
-        counter, MemoryArchive(), window, LoopModel(counter, LOOP_STEPS), count_request=False
+        counter,
+        MemoryArchive(),
+        window,
+        LoopModel(counter, LOOP_STEPS),
+        count_request=False,
+        streamed=streamed,
     )
-    await uncounted.agent.run("Find every handler.")
+    await run_agent(uncounted.agent, "Find every handler.", mode)
 
     threshold = int(window * TRIGGER)
     (conversation,) = first.pool
@@ -761,8 +840,10 @@ async def test_a_long_loop_fits_with_tools_and_instructions_and_a_second_process
     history = pm.ModelMessagesTypeAdapter.validate_json(persisted)
     assert from_pydantic_ai(history)[0].is_summary  # the checkpoint is in the stored history
 
-    second = start_process(counter, archive_file(), window, LoopModel(counter, 3, LOOP_STEPS))
-    again = await second.agent.run("Find three more.", message_history=history)
+    second = start_process(
+        counter, archive_file(), window, LoopModel(counter, 3, LOOP_STEPS), streamed=streamed
+    )
+    again = await run_agent(second.agent, "Find three more.", mode, message_history=history)
 
     assert again.output == "done"
     assert list(second.pool) == [conversation]  # the id pydantic-ai stamped on the history

@@ -225,12 +225,24 @@ def history(steps: int) -> list[Message]:
 # -- the agent loop ---------------------------------------------------------------------
 
 
+async def streamed(agent: Agent, prompt: str) -> Any:
+    """``agent.stream_async(prompt)`` to its end: the result its last event carries."""
+    results = [event["result"] async for event in agent.stream_async(prompt) if "result" in event]
+    (result,) = results
+    return result
+
+
+@pytest.mark.parametrize("mode", ["async", "stream"])
 async def test_a_long_agent_loop_sends_every_call_under_the_threshold_and_finishes(
-    counter: FixedTokenCounter,
+    counter: FixedTokenCounter, mode: str
 ) -> None:
     """Forty model calls cross the threshold again and again; each view fits and is valid."""
     run = make_run(counter, ScriptedModel(40, counter))
-    result = await run.agent.invoke_async("Review every module in src/.")
+    prompt = "Review every module in src/."
+    if mode == "async":
+        result = await run.agent.invoke_async(prompt)
+    else:
+        result = await streamed(run.agent, prompt)
 
     assert str(result).strip() == "All modules reviewed."
     assert result.stop_reason == "end_turn"
@@ -692,6 +704,8 @@ def start_process(
 def run_agent(agent: Agent, prompt: str, mode: str) -> Any:
     if mode == "sync":
         return agent(prompt)
+    if mode == "stream":
+        return asyncio.run(streamed(agent, prompt))
     return asyncio.run(agent.invoke_async(prompt))
 
 
@@ -706,8 +720,13 @@ def assert_fits(process: LoopProcess, threshold: int) -> None:
         assert check_view(history, view) == [], f"request {number}"
 
 
-@pytest.mark.parametrize("window", WINDOWS, ids=[f"{w // 1000}k" for w in WINDOWS])
-@pytest.mark.parametrize("mode", ["sync", "async"])
+# Each mode at both windows; the streamed run at 8k, where the most checkpoints are written.
+LOOP_RUNS = [(m, w) for m in ("sync", "async") for w in WINDOWS] + [("stream", WINDOWS[0])]
+
+
+@pytest.mark.parametrize(
+    ("mode", "window"), LOOP_RUNS, ids=[f"{m}-{w // 1000}k" for m, w in LOOP_RUNS]
+)
 def test_a_long_loop_fits_with_its_tool_specs_and_a_second_process_resumes_it(
     counter: FixedTokenCounter,
     mode: str,
