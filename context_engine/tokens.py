@@ -319,11 +319,13 @@ class UsageEstimate:
 # An anchor whose prefix we count as clearly larger than the provider billed
 # describes a different (rewritten) prompt; trusting it would undercount.
 _ANCHOR_TOLERANCE = 1.25
+# No tokenizer a provider uses makes a prompt half as long as cl100k or the heuristic count it.
+_TRUSTED_ANCHOR_TOLERANCE = 2.0
 _ANCHOR_SLACK_TOKENS = 256
 
 
-def _anchor_plausible(anchored: int, prefix: int) -> bool:
-    return prefix <= anchored * _ANCHOR_TOLERANCE + _ANCHOR_SLACK_TOKENS
+def _anchor_plausible(anchored: int, prefix: int, tolerance: float = _ANCHOR_TOLERANCE) -> bool:
+    return prefix <= anchored * tolerance + _ANCHOR_SLACK_TOKENS
 
 
 def estimate_usage(
@@ -346,7 +348,9 @@ def estimate_usage(
         counter: Counts the messages after the anchor.
         overhead_tokens: Fixed prompt parts sent with every call.
         anchor_trusted: True when the caller knows the prefix is exactly what the
-            provider saw, False to ignore anchors; None checks the anchor against
+            provider saw (an anchor under half the counted prefix is still
+            ignored: no provider's tokenizer packs that well, a fake usage does),
+            False to ignore anchors; None checks the anchor against
             the counted prefix and ignores one that is clearly too small (it
             described a rewritten, shorter prompt). An anchor larger than the
             counted prefix is kept: undeclared tool schemas make it so. Staleness
@@ -395,7 +399,11 @@ def estimate_from_counts(
         assert usage is not None
         anchored = usage.total_tokens
         prefix = cumulative[usage_index + 1] + REQUEST_OVERHEAD_TOKENS
-        if anchor_trusted or _anchor_plausible(anchored, prefix):
+        # Even an anchor known to answer this prefix is dropped when it is far below the
+        # count: a fake or broken usage (a test model's fixed 50 tokens) would otherwise
+        # let the view grow far past the window.
+        tolerance = _TRUSTED_ANCHOR_TOLERANCE if anchor_trusted else _ANCHOR_TOLERANCE
+        if _anchor_plausible(anchored, prefix, tolerance):
             trailing = cumulative[-1] - cumulative[usage_index + 1]
             if calibrate and trailing:
                 ratio = calibration_ratio(messages, cumulative, usage_index)

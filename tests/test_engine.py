@@ -22,7 +22,7 @@ from context_engine import (
 from context_engine.engine import ContextEngine, default_reserve
 from context_engine.invariants import check_view
 from context_engine.strategies import HardTruncate, Strategy
-from context_engine.testing import FixedTokenCounter, RecordingSummarizer
+from context_engine.testing import FixedTokenCounter, RecordingSummarizer, synthetic_session
 from tests.fakes import Checkpointer, Exploding, ShrinkToolResults, agent_session
 
 
@@ -849,3 +849,21 @@ async def test_a_huge_fresh_tool_result_is_capped_and_the_view_is_not_called_fut
     assert result.event.strategy == "tool_result_cap"
     assert check_view(messages, result.messages) == []
     assert summarizer.requests == []  # the cap alone made it fit
+
+
+def test_a_usage_far_below_the_count_is_not_trusted_even_for_the_view_it_answers() -> None:
+    """A model that reports a fixed 50 input tokens (a fake, a broken proxy) cannot
+    let the views grow past the window: the engine counts instead of trusting it."""
+    counter = FixedTokenCounter()
+    engine = ContextEngine.default(8_000, token_counter=counter)
+    transcript: list[Message] = []
+    for message in synthetic_session(60):
+        if message.role == "assistant":
+            if transcript:
+                view = engine.project_sync(transcript).messages
+                assert sum(map(counter.count_message, view)) <= engine.threshold
+            message = attrs.evolve(message, usage=Usage(input_tokens=50, output_tokens=5))
+        transcript.append(message)
+    final = engine.project_sync(transcript)
+    assert final.usage.tokens <= engine.threshold
+    assert sum(map(counter.count_message, final.messages)) <= engine.threshold

@@ -728,10 +728,26 @@ def test_anchor_tolerance_is_a_quarter_plus_256_tokens(extra_chars: int, trusted
     assert (estimate_usage(messages, counter).last_usage_index == 1) is trusted
 
 
-def test_anchor_trusted_true_keeps_even_an_implausible_anchor(counter: FixedTokenCounter) -> None:
+def test_anchor_trusted_true_keeps_an_anchor_the_plausibility_check_would_drop(
+    counter: FixedTokenCounter,
+) -> None:
+    prompt = [Message.user("q" * 40_000)]
+    counted = total(counter, prompt) + REQUEST_OVERHEAD_TOKENS  # about 10,000
+    billed = int(counted / 1.6)  # a tokenizer that packs text well: below 1/1.25, above 1/2
+    messages = [*prompt, Message.assistant("a", usage=Usage(input_tokens=billed))]
+    assert estimate_usage(messages, counter).last_usage_index == -1
+    estimate = estimate_usage(messages, counter, anchor_trusted=True)
+    assert estimate == UsageEstimate(billed, billed, 0, 1)
+
+
+def test_anchor_trusted_true_still_ignores_an_anchor_under_half_the_count(
+    counter: FixedTokenCounter,
+) -> None:
+    """A fake or broken usage (a test model's fixed 10 tokens) never stands for a long prompt."""
     messages = [Message.user("q" * 40_000), Message.assistant("a", usage=Usage(input_tokens=10))]
     estimate = estimate_usage(messages, counter, anchor_trusted=True)
-    assert estimate == UsageEstimate(10, 10, 0, 1)
+    expected = total(counter, messages) + REQUEST_OVERHEAD_TOKENS
+    assert estimate == UsageEstimate(expected, 0, expected, -1)
 
 
 def test_anchor_trusted_false_ignores_a_plausible_anchor(counter: FixedTokenCounter) -> None:
