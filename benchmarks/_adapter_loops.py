@@ -1,15 +1,17 @@
 """The agent loops of `benchmarks/adapters.py`: each runtime's own loop around a fake model.
 
 Each loop is the runtime's agent (LangChain ``create_agent``, a pydantic-ai
-``Agent``, a Strands ``Agent``) with our adapter over an archived
-`EnginePool`, a code-search tool whose outputs run to several thousand
-tokens, tool schemas and instructions of a few hundred tokens, and a fake
-model of the runtime's own kind (LangChain ``GenericFakeChatModel``,
-pydantic-ai ``FunctionModel``, a minimal Strands ``Model``) that searches
-``steps`` times and then answers. The model reports no usage, so the engine
-cannot learn the request's size from a provider anchor; every request is
-measured as sent: its messages with the engine's counter, the request
-framing, and the tool schemas and instructions beside them.
+``Agent``, a Strands ``Agent``, an Agents SDK ``Agent`` run with
+`ContextEngineProvider.run_config`) with our adapter over an archived
+`EnginePool`, a code-search tool whose outputs run to several thousand tokens,
+tool schemas and instructions of a few hundred tokens, and a fake model of the
+runtime's own kind (LangChain ``GenericFakeChatModel``, pydantic-ai
+``FunctionModel``, a minimal Strands ``Model``, the Agents SDK's
+``ScriptedModel``) that searches ``steps`` times and then answers. The model
+reports no usage, so the engine cannot learn the request's size from a
+provider anchor; every request is measured as sent: its messages with the
+engine's counter, the request framing, and the tool schemas and instructions
+beside them.
 """
 
 from __future__ import annotations
@@ -239,6 +241,84 @@ def strands_loop(window: int, steps: int, count_request: bool, counter: TokenCou
     return loop
 
 
+def openai_agents_loop(window: int, steps: int, count_request: bool, counter: TokenCounter) -> Loop:
+    """An Agents SDK ``Agent`` run with `ContextEngineProvider.run_config` and a ``ScriptedModel``.
+
+    The agent names its model; a ``ModelProvider`` resolves the name to the
+    scripted model, so the provider wraps it as it would a real one, and a
+    ``SQLiteSession`` keeps the history. The SDK's models state no window, so
+    the provider is given it. The instructions reach the engine as the leading
+    system message, so they are counted in both runs; ``count_request`` adds
+    the tool schemas.
+    """
+    from agents import Agent, Runner, SQLiteSession, function_tool
+    from agents.models.interface import Model, ModelProvider
+    from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
+
+    from context_engine.formats.openai_agents import from_openai_agents
+    from context_engine.integrations.openai_agents import ContextEngineProvider
+
+    loop, engines = Loop(int(window * TRIGGER)), pool(counter)
+
+    def answer(call: ModelCall) -> ModelStep:
+        schemas = schema_text(
+            {"name": t.name, "description": t.description, "parameters": t.params_json_schema}
+            for t in call.tools
+            if hasattr(t, "params_json_schema")
+        )
+        loop.beside = counter.count_text(schemas)
+        head = [Message.system(call.system_instructions)] if call.system_instructions else []
+        view = [*head, *from_openai_agents(call.input)]
+        loop.requests.append(billed(counter, view, loop.beside))
+        loop.measured.append(measured(engines))
+        step = len(loop.requests) - 1
+        if step >= steps:  # no usage reported: the engine has no provider anchor
+            return ModelStep(output=[assistant_message("done", item_id="msg_done")])
+        output = [
+            assistant_message(f"Step {step}. {NOTE}", item_id=f"msg_{step}"),
+            function_call("search_code", search_args(step), call_id=f"call_{step}"),
+        ]
+        return ModelStep(output=output)
+
+    class Models(ModelProvider):
+        def __init__(self, model: Model) -> None:
+            self.model = model
+
+        def get_model(self, model_name: str | None) -> Model:
+            return self.model
+
+    scripted = ScriptedModel([ModelStep.respond(answer) for _ in range(steps + 1)])
+    provider = ContextEngineProvider(
+        engines,
+        model_provider=Models(scripted),
+        context_window=window,
+        trigger=("fraction", TRIGGER),
+        count_request=count_request,
+    )
+    agent: Agent[Any] = Agent(
+        name="searcher",
+        instructions=INSTRUCTIONS,
+        model="searcher",
+        tools=[function_tool(search_code)],
+    )
+    session = SQLiteSession("bench")
+
+    async def run() -> tuple[Any, list[Any]]:
+        config = provider.run_config(session, tracing_disabled=True)
+        result = await Runner.run(
+            agent, PROMPT, session=session, run_config=config, max_turns=steps + 2
+        )
+        return result.final_output, await session.get_items()
+
+    try:
+        output, stored = asyncio.run(run())
+    finally:
+        session.close()
+    loop.finished = output == "done"
+    loop.checkpoint = from_openai_agents(stored)[0].is_summary  # the commit stored at run end
+    return loop
+
+
 def _strands_events(step: int, steps: int) -> list[dict[str, Any]]:
     """The stream of one answer: a search with its reasoning, or ``done``; no usage."""
     usage = {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0}
@@ -265,5 +345,6 @@ RUNTIMES: dict[str, tuple[str, Callable[[int, int, bool, TokenCounter], Loop]]] 
     "langchain": ("langchain", langchain_loop),
     "pydantic-ai": ("pydantic_ai", pydantic_ai_loop),
     "strands": ("strands", strands_loop),
+    "openai-agents": ("agents", openai_agents_loop),
 }
 """Each runtime: the module that must import for it to run, and its loop."""

@@ -1,17 +1,19 @@
 """Request sizes of the runtime adapters: the largest request of each runtime's agent loop.
 
-Each installed runtime (LangChain, pydantic-ai, Strands) runs its own agent
-loop around a fake model of its own kind (`_adapter_loops`): a code search
-returning several thousand tokens per call, tool schemas and instructions of
-a few hundred tokens, compaction from ``("fraction", 0.8)`` of the window the
-model states. Every loop runs twice: with the adapter counting the request's
-tool schemas and instructions into the engine's overhead (the default) and
-without. Per runtime and window it prints the threshold and the largest
-request as sent (messages, framing, schemas and instructions, counted with the
-engine's own counter), how many requests went over the threshold, and the
-largest view the engine itself measured (pydantic-ai sends a tool result as
-one string; a result the engine wrote as two text blocks goes out with a
-joining newline its count leaves out).
+Each installed runtime (LangChain, pydantic-ai, Strands, the OpenAI Agents
+SDK) runs its own agent loop around a fake model of its own kind
+(`_adapter_loops`): a code search returning several thousand tokens per call,
+tool schemas and instructions of a few hundred tokens, compaction from
+``("fraction", 0.8)`` of the window the model states. Every loop runs twice:
+with the adapter counting the request's tool schemas and instructions into the
+engine's overhead (the default) and without. Per runtime and window it prints
+the threshold and the largest request as sent (messages, framing, schemas and
+instructions, counted with the engine's own counter), how many requests went
+over the threshold, and the largest view the engine itself measured
+(pydantic-ai sends a tool result as one string; a result the engine wrote as
+two text blocks goes out with a joining newline its count leaves out). The
+Agents SDK sends its instructions as the leading system message the engine
+projects, so its "uncounted" run leaves out only the tool schemas.
 
 Archive references hash the runtime's message ids and timestamps, which are
 random, and tokenize to slightly different lengths, so the figures move by a
@@ -55,6 +57,7 @@ PACKAGES = (
     "langgraph",
     "pydantic-ai-slim",
     "strands-agents",
+    "openai-agents",
 )
 
 
