@@ -332,7 +332,8 @@ class ExtractiveSummarizer:
       yet``, and up to three error lines of a failure.
     * **Other tool calls**: calls of tools that are neither shell nor file tools.
     * **Decisions**: the assistant's sentences that state a choice or a cause.
-    * **Latest progress**: the last assistant texts.
+    * **Latest progress**: the last assistant texts (an update replaces the
+      earlier checkpoint's).
     * **Next steps**: TODO-like lines and the latest user request when no
       final assistant answer follows it.
 
@@ -379,8 +380,9 @@ class ExtractiveSummarizer:
         previous[READ] = [path for path in earlier_read if path in activity.read]
         for title in (COMMANDS, TOOLS):
             previous[title] = _superseded(previous.get(title, []), fresh[title])
-        if fresh[FAILURE]:  # only the most recent failure is quoted
-            previous.pop(FAILURE, None)
+        for latest in (FAILURE, PROGRESS):  # only the most recent failure and progress
+            if fresh[latest]:
+                previous.pop(latest, None)
         fresh[READ], fresh[MODIFIED] = list(activity.read), list(activity.modified)
         sections = [
             _section(_SPECS[title], previous.pop(title, []), fresh.get(title, []), turn, keywords)

@@ -10,6 +10,8 @@ before the section on the current request.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import attrs
 import regex
 
@@ -29,18 +31,23 @@ _ITEM = regex.compile(r"^\s*[-*]\s+(.*\S)\s*$")
 _NOTE = regex.compile(r"^\s*[-*]\s*\(\+\d+ more\)\s*$")
 
 
-def fit_ledger(ledger: Ledger, max_tokens: int, counter: TokenCounter) -> str:
-    """``ledger``'s sections in at most about ``max_tokens`` tokens ("" when empty)."""
+def fit_ledger(
+    ledger: Ledger, max_tokens: int, counter: TokenCounter, *, others: Sequence[str] = ()
+) -> str:
+    """``ledger``'s sections in at most about ``max_tokens`` tokens ("" when empty).
+
+    ``others`` are labels of calls shown elsewhere in the view (`Ledger.render`).
+    """
     if not ledger:
         return ""
     chars = max(1, max_tokens) * 4
-    text = ledger.render(chars)
+    text = ledger.render(chars, others=others)
     for _ in range(_FITS):
         tokens = counter.count_text(text)
         if tokens <= max_tokens:
             break
         chars = max(1, chars * max_tokens * 9 // (10 * tokens))
-        text = ledger.render(chars)
+        text = ledger.render(chars, others=others)
     return text
 
 

@@ -216,3 +216,102 @@ async def test_the_editor_s_open_file_is_carried_to_the_next_checkpoint() -> Non
     assert second.applied
     checkpoint = next(m for m in second.messages if isinstance(m, ContextSummary))
     assert "pkg/handler.py" in checkpoint.modified_files
+
+
+# -- the rendering: variants together, short forms first, never an ambiguous one -------------
+
+
+def test_variants_of_a_command_share_one_item_each_with_its_status() -> None:
+    """A retry with one more flag or a pipe is listed with the run it extends."""
+    run = Shell()
+    messages = [
+        *run("lint fix q.sql", "OSError: no tty", code=1),
+        *run("lint fix q.sql -f", "Done."),
+        *run("lint fix q.sql | head -5", "Done."),
+        *run("cd /repo", ""),
+        *run("cd /repo && ls", "a.py"),
+    ]
+    commands = Ledger().update(messages).render(10_000).split("\n\n")[0]
+    assert commands.splitlines()[1:] == [
+        "- `lint fix q.sql` (failed, exit 1) → `lint fix q.sql -f` (ok) → "
+        "`lint fix q.sql | head -5` (ok)",
+        "- `cd /repo` (ok)",  # a list operator starts another command: no variant
+        "- `cd /repo && ls` (ok)",
+    ]
+
+
+def test_a_tight_budget_lists_more_calls_briefly_and_the_newest_in_full() -> None:
+    """Long labels are shortened before any call is hidden; room left widens the newest."""
+    run = Shell()
+    long = [
+        f"python -m pytest tests/test_module_{n}.py::test_case -x -q " + "-k x " * 18
+        for n in range(6)
+    ]
+    ledger = Ledger().update([m for command in long for m in run(command, "1 passed")])
+    full = ledger.render(10_000)
+    assert all(f"`{command.strip()}` (ok)" in full for command in long)
+    tight = ledger.render(len(full) * 3 // 4)
+    assert "(+" not in tight  # every call still listed
+    assert f"`{long[-1].strip()}` (ok)" in tight  # the newest in full
+    assert f"`{long[0][:60]}" in tight
+    assert f"`{long[0].strip()}`" not in tight
+    hidden = ledger.render(300)
+    assert "- (+" in hidden
+    assert f"`{long[-1][:60]}" in hidden
+
+
+def test_a_short_form_is_never_a_prefix_another_call_shares() -> None:
+    """Two long commands alike up to their last words keep those words in their short forms."""
+    run = Shell()
+    stem = "cd /repo && python -m pytest tests/test_physical.py::test_case_with_a_longer_name"
+    stem += " -xvs | tail -"
+    other = "cd /repo && python -c 'import pkg; print(pkg.__version__, pkg.__file__, "
+    other += "pkg.__name__, pkg.__doc__)'"
+    messages = [*run(stem + "100", "1 passed"), *run(stem + "50", "1 passed"), *run(other, "1")]
+    tight = Ledger().update(messages).render(340)
+    assert f"`{other[:79]}…` (ok)" in tight  # short forms are in use
+    assert f"`{stem}100` (ok)" in tight
+    assert f"`{stem}50` (ok)" in tight
+    # A call shown elsewhere in the view (kept after the checkpoint) counts too.
+    alone = Ledger().update(run(stem + "10", "1 passed"))
+    assert f"`{stem[:79]}…`" in alone.render(120)
+    assert f"`{stem}10` (ok)" in alone.render(120, others=[stem + "20"])
+
+
+def test_hidden_variants_are_counted_one_by_one() -> None:
+    """``(+N more)`` counts calls, also when a hidden item holds several variants."""
+    run = Shell()
+    messages = [*run("make a", "ok"), *run("make a -j4", "ok"), *run("make b " + "x" * 300, "ok")]
+    text = Ledger().update(messages).render(100)
+    assert text.splitlines()[:2] == ["## Commands run", "- (+2 more)"]
+
+
+def test_a_tool_taking_its_own_command_line_is_named_by_it() -> None:
+    """SWE-agent style tools (``{"command": "find_file x.py"}``) read like shell commands."""
+    calls = [
+        ToolCall("t1", "find_file", json.dumps({"command": 'find_file "handler.py"\n'})),
+        ToolCall("t2", "lookup", json.dumps({"command": "other thing"})),
+    ]
+    messages = [Message.assistant("", tool_calls=calls)]
+    messages += [Message.tool("t1", "Found 1 match"), Message.tool("t2", "done")]
+    assert [r.label for r in Ledger().update(messages).runs] == [
+        'find_file "handler.py"',
+        'lookup({"command": "other thing"})',
+    ]
+
+
+async def test_a_short_text_leaves_its_room_to_the_work_log() -> None:
+    """The log may take more than its share when the summarizer's text is short."""
+    run = Shell()
+    view: list[Message] = [Message.system("sys"), Message.user("Fix the build")]
+    for n in range(60):
+        view += run(f"make target_with_a_long_name_{n} --jobs 4 --keep-going", "built\n" * 30)
+    short = RecordingSummarizer(["<summary>## Goal\n- fix the build</summary>"] * 4)
+    strategy = FullSummary(summarizer=short, keep_recent_tokens=1, max_checkpoint_share=0.5)
+    pressure = budget(view, 2_000)
+    result = await strategy.apply(view, view, pressure)
+    assert result.applied
+    checkpoint = next(m for m in result.messages if isinstance(m, ContextSummary))
+    log_tokens = COUNTER.count_text(checkpoint.summary.split("## Commands run", 1)[1])
+    assert log_tokens > 0.6 * strategy.checkpoint_limit(2_000)  # more than its share
+    assert COUNTER.count_message(checkpoint) <= strategy.checkpoint_limit(2_000)
