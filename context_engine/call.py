@@ -33,6 +33,7 @@ from context_engine.request_cap import cap_reached
 from context_engine.results import CompactResult, Projection, RecoveryResult
 from context_engine.session import Remembered, Session
 from context_engine.strategies.base import Budget, Strategy
+from context_engine.summarize.originals import whole_newest_user
 from context_engine.telemetry import Telemetry, set_attributes
 from context_engine.tokens import UsageEstimate
 
@@ -333,8 +334,11 @@ def _commit(call: Call, outcome: Outcome) -> tuple[Message, ...] | None:
     if outcome.unarchived is not None or outcome.reused or not outcome.changed:
         return None
     if call.operation == "project":
-        return outcome.view_after_last(call.settings.commit_strategies)
-    return outcome.view
+        view = outcome.view_after_last(call.settings.commit_strategies)
+    else:
+        view = outcome.view
+    # The newest user message is trimmed for this view only (`whole_newest_user`).
+    return None if view is None else whole_newest_user(view, call.transcript)
 
 
 def _settle_breaker(call: Call, outcome: Outcome, desk: Desk, futile: bool) -> None:
