@@ -70,7 +70,12 @@ _GIVE_WAY = (
 )  # fmt: skip
 
 _HEADING = regex.compile(r"^#{1,6}\s+(.*\S)\s*$")
-_LABEL = regex.compile(r"^(``? .*? ``?|`[^`]*`) \(")
+# A call item's label: what comes before its status (`Run.head`); an older
+# checkpoint quoted it in backticks.
+_LABEL = regex.compile(
+    r"^(?:``? (?P<quoted>.*?) ``?|`(?P<code>[^`]*)`|(?P<bare>.*?))"
+    r" (?:✓(?: \(\d+ runs\))?|\((?:ok|failed|exit|no result)[^()\n]*\))$"
+)
 _NOTE = regex.compile(r"^[-*]?\s*\(\+\d+ more\)\s*$")
 _BULLET = regex.compile(r"^\s*(?:[-*•]|\d+[.)])\s+")
 _FENCE = regex.compile(r"```.*?(?:```|\Z)", regex.DOTALL)
@@ -233,8 +238,10 @@ def _goal(users: Sequence[str], chars: int) -> list[str]:
 
 def _label(item: str) -> str | None:
     """The call an item of a call section names (its leading code span)."""
-    found = _LABEL.match(item)
-    return found[1] if found is not None else None
+    found = _LABEL.match(item.split("\n", 1)[0])
+    if found is None:
+        return None
+    return found["quoted"] or found["code"] or found["bare"]
 
 
 def _superseded(old: Sequence[str], new: Sequence[str]) -> list[str]:

@@ -35,6 +35,8 @@ __all__ = [
     "FAILURE",
     "LEDGER_KEY",
     "LEDGER_TITLES",
+    "OK",
+    "OK_MARK",
     "TOOLS",
     "Failure",
     "Ledger",
@@ -58,6 +60,10 @@ _FAILURE_LINES = 6
 _FAILURE_CHARS = 600
 _FAILURE_LINE_CHARS = 400
 _NO_RESULT = "no result yet"
+OK = "ok"
+"""The status of a call that ended well."""
+OK_MARK = "✓"
+"""How the work log marks a call whose latest run ended ok."""
 
 
 def _code(label: str) -> str:
@@ -105,7 +111,8 @@ class Run:
     Attributes:
         label: The call as `call_label` names it.
         command: Whether it is a shell command (else another tool's call).
-        status: ``ok``, ``failed``, ``failed, exit N`` or ``no result yet``.
+        status: ``ok``, ``failed``, ``failed, exit N``, ``exit N, no output``,
+            ``failed, exit 0 with a traceback`` or ``no result yet``.
         key_line: The key error line of the latest run when it failed.
         runs: How many times it ran (calls with the same label count as one:
             an agent re-running a command or a script it edits between runs).
@@ -118,10 +125,18 @@ class Run:
     runs: int = 1
 
     def head(self, label_chars: int | None = None) -> str:
-        """The label (clipped to ``label_chars`` with "…" when given) and the status, one line."""
+        """The label (clipped to ``label_chars`` with "…" when given) and the status, one line.
+
+        ``cmd ✓`` for a call that ended ok, ``cmd (failed, exit 1)`` otherwise,
+        the number of runs added when it ran more than once: ``cmd ✓ (3 runs)``.
+        A work log lists hundreds of calls: a check mark and the bare label keep
+        each item short, so more of them fit.
+        """
         label = self.label if label_chars is None else one_line(self.label, label_chars)
-        times = f", {self.runs} runs" if self.runs > 1 else ""
-        return f"{_code(label)} ({self.status}{times})"
+        times = f"{self.runs} runs" if self.runs > 1 else ""
+        if self.status == OK:
+            return f"{label} {OK_MARK}" + (f" ({times})" if times else "")
+        return f"{label} ({self.status}{', ' + times if times else ''})"
 
     def item(self, *, key_line: bool = True) -> str:
         """The checkpoint item: label, status (and runs), key error line indented below."""

@@ -73,13 +73,14 @@ def without_listed_files(text: str, paths: frozenset[str]) -> str:
     The checkpoint lists its files itself (``<read-files>``, ``<modified-files>``);
     a summarizer's *Files modified* / *Files read* section of bare paths says
     them twice. Items that say more (what changed) stay; a section left with
-    nothing but a ``(+N more)`` note goes whole.
+    nothing but blank lines and a ``(+N more)`` note goes whole.
     """
     out: list[str] = []
     section: list[str] | None = None  # lines of the file section being read
 
     def flush() -> None:
-        if section is not None and any(not _NOTE.match(line) for line in section[1:]):
+        kept = [line for line in section[1:] if line.strip()] if section is not None else []
+        if section is not None and any(not _NOTE.match(line) for line in kept):
             out.extend(section)
 
     for line in text.splitlines():

@@ -168,7 +168,8 @@ async def test_a_model_cannot_call_a_failed_command_ok() -> None:
     text = next(m for m in result.messages if isinstance(m, ContextSummary)).summary
     assert "Goal\n- fix dates" in text
     assert "`pytest tests/test_dates.py` (ok)" not in text
-    assert "`pytest tests/test_dates.py` (failed, exit 1)" in text
+    assert "pytest tests/test_dates.py ✓" not in text
+    assert "pytest tests/test_dates.py (failed, exit 1)" in text
     assert KEY in text
 
 
@@ -176,7 +177,7 @@ def test_sections_with_the_ledgers_titles_are_removed_at_any_level() -> None:
     """The summarizer's own call sections go, nested ones included; the rest stays."""
     text = (
         "## Goal\n- a\n\n## Commands run\n- `x` (ok)\n\n## Earlier in the current request\n"
-        "### Commands run\n- `y` (ok)\n### Decisions\n- b"
+        "### Commands run\n- y ✓\n### Decisions\n- b"
     )
     assert without_ledger(text) == (
         "## Goal\n- a\n\n## Earlier in the current request\n### Decisions\n- b"
@@ -193,6 +194,8 @@ def test_file_list_items_the_checkpoint_lists_itself_are_not_repeated() -> None:
     assert without_listed_files(text, listed) == (
         "## Goal\n- a\n\n## Files modified\n- src/b.py: renamed parse()"
     )
+    nested = "## Earlier\n### Files read\n- README.md\n\n### Decisions\n- b"
+    assert without_listed_files(nested, listed) == "## Earlier\n### Decisions\n- b"
 
 
 async def test_the_editor_s_open_file_is_carried_to_the_next_checkpoint() -> None:
@@ -233,10 +236,9 @@ def test_variants_of_a_command_share_one_item_each_with_its_status() -> None:
     ]
     commands = Ledger().update(messages).render(10_000).split("\n\n")[0]
     assert commands.splitlines()[1:] == [
-        "- `lint fix q.sql` (failed, exit 1) → `lint fix q.sql -f` (ok) → "
-        "`lint fix q.sql | head -5` (ok)",
-        "- `cd /repo` (ok)",  # a list operator starts another command: no variant
-        "- `cd /repo && ls` (ok)",
+        "- lint fix q.sql (failed, exit 1) → lint fix q.sql -f ✓ → lint fix q.sql | head -5 ✓",
+        "- cd /repo ✓",  # a list operator starts another command: no variant
+        "- cd /repo && ls ✓",
     ]
 
 
@@ -249,15 +251,15 @@ def test_a_tight_budget_lists_more_calls_briefly_and_the_newest_in_full() -> Non
     ]
     ledger = Ledger().update([m for command in long for m in run(command, "1 passed")])
     full = ledger.render(10_000)
-    assert all(f"`{command.strip()}` (ok)" in full for command in long)
+    assert all(f"{command.strip()} ✓" in full for command in long)
     tight = ledger.render(len(full) * 3 // 4)
     assert "(+" not in tight  # every call still listed
-    assert f"`{long[-1].strip()}` (ok)" in tight  # the newest in full
-    assert f"`{long[0][:60]}" in tight
-    assert f"`{long[0].strip()}`" not in tight
+    assert f"{long[-1].strip()} ✓" in tight  # the newest in full
+    assert f"- {long[0][:60]}" in tight
+    assert f"- {long[0].strip()} ✓" not in tight
     hidden = ledger.render(300)
     assert "- (+" in hidden
-    assert f"`{long[-1][:60]}" in hidden
+    assert f"- {long[-1][:60]}" in hidden
 
 
 def test_a_short_form_is_never_a_prefix_another_call_shares() -> None:
@@ -269,13 +271,13 @@ def test_a_short_form_is_never_a_prefix_another_call_shares() -> None:
     other += "pkg.__name__, pkg.__doc__)'"
     messages = [*run(stem + "100", "1 passed"), *run(stem + "50", "1 passed"), *run(other, "1")]
     tight = Ledger().update(messages).render(340)
-    assert f"`{other[:79]}…` (ok)" in tight  # short forms are in use
-    assert f"`{stem}100` (ok)" in tight
-    assert f"`{stem}50` (ok)" in tight
+    assert f"{other[:79]}… ✓" in tight  # short forms are in use
+    assert f"{stem}100 ✓" in tight
+    assert f"{stem}50 ✓" in tight
     # A call shown elsewhere in the view (kept after the checkpoint) counts too.
     alone = Ledger().update(run(stem + "10", "1 passed"))
-    assert f"`{stem[:79]}…`" in alone.render(120)
-    assert f"`{stem}10` (ok)" in alone.render(120, others=[stem + "20"])
+    assert f"- {stem[:79]}… ✓" in alone.render(120)
+    assert f"{stem}10 ✓" in alone.render(120, others=[stem + "20"])
 
 
 def test_hidden_variants_are_counted_one_by_one() -> None:
