@@ -113,12 +113,12 @@ def _item(members: Sequence[Run], quoted: str | None, widths: dict[str, int]) ->
         # Variants are told apart by their ends: only a call of its own is shortened.
         clip = short and len(members) == 1
         heads = [member.head(widths[member.label] if clip else None) for member in members]
-        keys = [
+        keys = dict.fromkeys(
             one_line(member.key_line, key_chars) if key_chars else member.key_line
             for member in members
             # The most recent failure's key line is quoted in its own section already.
             if member.key_line and member.label != quoted
-        ]
+        )  # variants failing alike say so once
         return "\n".join([f"- {' → '.join(heads)}", *(f"  - {key}" for key in keys)])
 
     runs = len(members)

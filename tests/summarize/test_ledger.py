@@ -12,7 +12,7 @@ from context_engine.strategies import FullSummary
 from context_engine.strategies.base import Budget
 from context_engine.summarize.extractive import ExtractiveSummarizer
 from context_engine.summarize.ledger import LEDGER_KEY, Ledger
-from context_engine.summarize.log import without_ledger, without_listed_files
+from context_engine.summarize.log import fit_ledger, without_ledger, without_listed_files
 from context_engine.summarize.outcome import Outcome, outcome
 from context_engine.testing import FixedTokenCounter, RecordingSummarizer
 
@@ -317,3 +317,25 @@ async def test_a_short_text_leaves_its_room_to_the_work_log() -> None:
     log_tokens = COUNTER.count_text(checkpoint.summary.split("## Commands run", 1)[1])
     assert log_tokens > 0.6 * strategy.checkpoint_limit(2_000)  # more than its share
     assert COUNTER.count_message(checkpoint) <= strategy.checkpoint_limit(2_000)
+
+
+@pytest.mark.parametrize("budget_tokens", [60, 200, 700])
+def test_the_log_fills_its_budget_without_passing_it(budget_tokens: int) -> None:
+    """`fit_ledger` lists as many calls as its token budget holds, and no more."""
+    run = Shell()
+    messages = [m for n in range(200) for m in run(f"make target_{n} --jobs {n % 7}", "built")]
+    log = fit_ledger(Ledger().update(messages), budget_tokens, COUNTER)
+    assert COUNTER.count_text(log) <= budget_tokens
+    assert COUNTER.count_text(log) >= 0.9 * budget_tokens
+
+
+def test_variants_failing_alike_quote_their_key_line_once() -> None:
+    """Key lines shared by several variants of a command are listed once under the item."""
+    run = Shell()
+    messages = [
+        *run("lint q.sql", "RuntimeError: dropped", code=1),
+        *run("lint q.sql | head -5", "RuntimeError: dropped", code=1),
+        *run("make", "make: *** [all] Error 2", code=2),  # the most recent failure
+    ]
+    text = Ledger().update(messages).render(10_000)
+    assert text.count("  - RuntimeError: dropped") == 1
