@@ -33,7 +33,7 @@ from context_engine.request_cap import cap_reached
 from context_engine.results import CompactResult, Projection, RecoveryResult
 from context_engine.session import Remembered, Session
 from context_engine.strategies.base import Budget, Strategy
-from context_engine.summarize.originals import whole_newest_user
+from context_engine.summarize.originals import whole_for_commit
 from context_engine.telemetry import Telemetry, set_attributes
 from context_engine.tokens import UsageEstimate
 
@@ -337,8 +337,11 @@ def _commit(call: Call, outcome: Outcome) -> tuple[Message, ...] | None:
         view = outcome.view_after_last(call.settings.commit_strategies)
     else:
         view = outcome.view
-    # The newest user message is trimmed for this view only (`whole_newest_user`).
-    return None if view is None else whole_newest_user(view, call.transcript)
+    if view is None:
+        return None
+    # What a last resort cut for this view only is committed whole (`whole_for_commit`).
+    cut = [m for removal in outcome.removed if removal.kind == "text" for m in removal.originals]
+    return whole_for_commit(view, call.transcript, cut)
 
 
 def _settle_breaker(call: Call, outcome: Outcome, desk: Desk, futile: bool) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from context_engine.messages import Message
+from context_engine.messages import ContextSummary, Message
 from context_engine.structure import (
     ARCHIVED_KEY,
     CAPPED_KEY,
@@ -23,7 +23,7 @@ from context_engine.structure import (
     is_user_message,
 )
 
-__all__ = ["restore_originals", "whole_newest_user"]
+__all__ = ["restore_originals", "whole_for_commit", "whole_newest_user"]
 
 _SHORTENED = (CLEARED_KEY, TRIMMED_KEY, CAPPED_KEY, ARCHIVED_KEY)
 # How far past the last matched message a shortened one's original is looked
@@ -116,3 +116,32 @@ def whole_newest_user(
     if not _is_source(original, view[at]) or _same_shortening(original, view[at]):
         return tuple(view)
     return (*view[:at], original, *view[at + 1 :])
+
+
+def whole_for_commit(
+    view: Sequence[Message], transcript: Sequence[Message], shortened: Sequence[Message]
+) -> tuple[Message, ...]:
+    """``view`` as a caller should keep it: what was cut to fit this one view, whole again.
+
+    Two messages are only ever cut for the view at hand, by the last resorts of
+    a truncation: the newest user message (`whole_newest_user`) and the
+    checkpoint, whose text and file lists go when nothing else is left. A
+    caller committing the view would lose the request, the files and the
+    calls for good. ``shortened`` are the originals of the call's text
+    removals; a checkpoint of ``view`` made from one of them (same
+    ``tokens_before`` and metadata) is replaced by it.
+    """
+    whole = list(whole_newest_user(view, transcript))
+    originals = [m for m in shortened if isinstance(m, ContextSummary)]
+    for index, message in enumerate(whole):
+        if not isinstance(message, ContextSummary):
+            continue
+        for original in originals:
+            if (
+                original is not message
+                and original.tokens_before == message.tokens_before
+                and original.metadata == message.metadata
+            ):
+                whole[index] = original
+                break
+    return tuple(whole)

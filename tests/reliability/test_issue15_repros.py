@@ -152,3 +152,25 @@ async def test_a_task_statement_trimmed_for_one_view_is_committed_whole() -> Non
     later = [*result.commit, *bash(7, "pytest -k case_7", "ok")]
     view = (await runner.project(later)).messages
     assert [m for m in view if m.text == task]  # and the next view has room for it again
+
+
+async def test_a_recovery_past_the_floor_commits_the_dropped_steps_in_a_checkpoint() -> None:
+    """No view fits (a long request, a huge last step): the commit still summarizes the cut."""
+    task = "Fix the parser. " + "The spec says many things about it. " * 270  # ~2,500 tokens
+    messages = [Message.system("You are a coding agent."), Message.user(task)]
+    messages += bash(0, "sed -i 's/a/b/' src/edited.py", "")
+    for index in range(1, 30):
+        messages += bash(index, f"pytest -k case_{index}", f"case {index}\n" * 30)
+    script = "cat > fix.py <<'EOF'\n" + "x = 1\n" * 1400 + "EOF"  # a ~2,100-token step
+    messages += bash(30, script, "")
+    result = await engine().recover_overflow(messages, "prompt is too long: 9000 > 8000")
+    assert result.event is not None
+    assert result.event.futile  # the floor alone is above the threshold
+    assert result.commit is not None
+    assert not any(is_truncation_marker(m) for m in result.commit)
+    kept = checkpoint_of(result.commit)
+    assert "src/edited.py" in {*kept.modified_files, *Condensed.of(kept).modified_files}
+    assert "pytest -k case_29" in [run.label for run in Ledger.of(kept).runs]
+    # The view sent now is cut as far as it goes; the commit keeps the checkpoint whole.
+    assert checkpoint_of(result.messages).tokens_before == kept.tokens_before
+    assert COUNTER.count_message(checkpoint_of(result.messages)) <= COUNTER.count_message(kept)
