@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 
 from context_engine import ContextSummary, Message, ToolCall
+from context_engine.formats.anthropic import from_anthropic
+from context_engine.formats.strands import from_strands
 from context_engine.strategies import FullSummary
 from context_engine.strategies.base import Budget
 from context_engine.summarize.extractive import ExtractiveSummarizer
@@ -339,3 +341,79 @@ def test_variants_failing_alike_quote_their_key_line_once() -> None:
     ]
     text = Ledger().update(messages).render(10_000)
     assert text.count("  - RuntimeError: dropped") == 1
+
+
+def _anthropic_error() -> Message:
+    """Claude Code refusing an edit: no exit status, no error word, the ``is_error`` flag."""
+    messages = from_anthropic(
+        [
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": "e1", "name": "Edit", "input": {"old": "x"}}
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "e1",
+                        "is_error": True,
+                        "content": "String to replace not found in file.\nString: x = 1",
+                    }
+                ],
+            },
+        ]
+    )
+    return next(m for m in messages if m.role == "tool")
+
+
+def _strands_error() -> Message:
+    """A Strands tool result with status ``error``."""
+    messages = from_strands(
+        [
+            {
+                "role": "assistant",
+                "content": [{"toolUse": {"toolUseId": "s1", "name": "lookup", "input": {}}}],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "toolResult": {
+                            "toolUseId": "s1",
+                            "status": "error",
+                            "content": [{"text": "Reservation ABC123 could not be found"}],
+                        }
+                    }
+                ],
+            },
+        ]
+    )
+    return next(m for m in messages if m.role == "tool")
+
+
+@pytest.mark.parametrize(
+    ("result", "key"),
+    [
+        (_anthropic_error, "String to replace not found in file."),
+        (_strands_error, "Reservation ABC123 could not be found"),
+        (
+            lambda: Message(
+                "tool",
+                "Reservation ABC123 could not be found",
+                tool_call_id="l1",
+                metadata={"langchain.message": {"status": "error"}},  # from_langchain's shape
+            ),
+            "Reservation ABC123 could not be found",
+        ),
+    ],
+    ids=["anthropic-is-error", "strands-status-error", "langchain-status-error"],
+)
+def test_a_result_the_runtime_flagged_as_an_error_is_a_failure(result: Any, key: str) -> None:
+    """The runtime's own error flag decides, even when the text reads like plain output."""
+    ended = outcome(result())
+    assert ended.failed
+    assert ended.status == "failed"
+    assert ended.key_line == key
