@@ -33,7 +33,8 @@ ERROR_LINE = re.compile(
 
 _EXIT = re.compile(
     r"<returncode>\s*(-?\d+)\s*</returncode>"
-    r"|\b(?:[Ee]xit(?:ed)? (?:with )?(?:code|status)|returned non-zero exit status)[:=\s]*(-?\d+)"
+    r"|\b(?:[Ee]xit(?:ed)? (?:with )?(?i:code|status)|returned non-zero exit status)[:=\s]*(-?\d+)"
+    r'|"exit_code"\s*:\s*(-?\d+)'  # Codex's exec output: {"output": ..., "metadata": {...}}
 )
 _TRACEBACK = "Traceback (most recent call last)"
 # The header of a Python traceback matches ERROR_LINE but says nothing: the
@@ -154,7 +155,7 @@ def _key_line(text: str, lines: list[str]) -> str | None:
 def _outcome(result: Message) -> Outcome:
     text = result.text
     found = _EXIT.search(text)
-    status = int(found[1] or found[2]) if found is not None else None
+    status = int(found[1] or found[2] or found[3]) if found is not None else None
     lines = content_lines(text)
     flagged = _flagged(result)
     if status is not None:

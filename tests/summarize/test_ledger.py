@@ -72,6 +72,17 @@ def failing_test(run: Shell) -> list[Message]:
         ("exit code 2\nmake: *** [all] Error 2", Outcome(2, True, "make: *** [all] Error 2")),
         ("<returncode>1</returncode>\n<output>\n</output>", Outcome(1, True, None)),
         ("<returncode>0</returncode>\nall good", Outcome(0, False, None)),
+        (
+            '{"output": "collected 3 items\\n1 failed", "metadata": {"exit_code": 1}}',
+            Outcome(
+                1, True, '{"output": "collected 3 items\\n1 failed", "metadata": {"exit_code": 1}}'
+            ),
+        ),
+        (
+            "Exit Code: 2\nStderr: make: *** [all] Error 2",
+            Outcome(2, True, "Stderr: make: *** [all] Error 2"),
+        ),
+        ("ok\n[The command completed with exit code 0.]", Outcome(0, False, None)),
     ],
     ids=[
         "chained-traceback",
@@ -80,6 +91,9 @@ def failing_test(run: Shell) -> list[Message]:
         "make",
         "grep-no-match",
         "ok",
+        "codex-exec-json",
+        "gemini-exit-code",
+        "openhands-exit-0",
     ],
 )
 def test_how_a_call_ended_and_its_key_line(text: str, expected: Outcome) -> None:
