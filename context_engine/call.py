@@ -35,6 +35,7 @@ from context_engine.request_cap import CAP_REACHED, cap_reached
 from context_engine.results import CompactResult, Projection, RecoveryResult
 from context_engine.session import Remembered, Session
 from context_engine.strategies.base import Budget, Strategy
+from context_engine.summarize.originals import whole_for_commit
 from context_engine.telemetry import Telemetry, set_attributes
 from context_engine.tokens import UsageEstimate
 
@@ -402,8 +403,14 @@ def _commit(call: Call, outcome: Outcome) -> tuple[Message, ...] | None:
     if outcome.unarchived is not None or outcome.reused or not outcome.changed:
         return None
     if call.operation == "project":
-        return outcome.view_after_last(call.settings.commit_strategies)
-    return outcome.view
+        view = outcome.view_after_last(call.settings.commit_strategies)
+    else:
+        view = outcome.view
+    if view is None:
+        return None
+    # What a last resort cut for this view only is committed whole (`whole_for_commit`).
+    cut = [m for removal in outcome.removed if removal.kind == "text" for m in removal.originals]
+    return whole_for_commit(view, call.transcript, cut)
 
 
 def _settle_breaker(call: Call, outcome: Outcome, desk: Desk, futile: bool) -> None:

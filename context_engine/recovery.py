@@ -14,7 +14,11 @@ truncation marker) into one `ContextSummary`:
    the view.
 
 Both leave the checkpoint room under the target, so the folded view fits
-where the truncated one would have.
+where the truncated one would have. When the floor itself is above the
+target (no view fits), the dropped range is folded all the same and the
+truncation's last resorts cut the view sent now, the new checkpoint included;
+the commit keeps the checkpoint and the newest user message whole
+(`context_engine.summarize.originals.whole_for_commit`).
 """
 
 from __future__ import annotations
@@ -141,8 +145,48 @@ class TruncationFold:
                 target -= excess
         # The floor leaves no room for a checkpoint: the plain cut, so the view fits.
         cut = await self.truncate.apply(transcript, view, budget)
-        error = "no room left for a checkpoint next to the floor; the dropped range is only marked"
-        return attrs.evolve(cut, error=error) if cut.applied else cut
+        dropped = _dropped(cut)
+        full = self.writer.checkpoint_limit(budget.threshold)
+        if not cut.applied or not dropped or full < _MIN_CHECKPOINT_TOKENS:
+            error = "no room left for a checkpoint next to the floor; the dropped range is marked"
+            return attrs.evolve(cut, error=error) if cut.applied else cut
+        fold = self._fold_past_the_floor
+        return await fold(transcript, view, head, cut, dropped, budget, started)
+
+    async def _fold_past_the_floor(
+        self,
+        transcript: Sequence[Message],
+        view: tuple[Message, ...],
+        head: _Head,
+        cut: StrategyResult,
+        dropped: tuple[Message, ...],
+        budget: Budget,
+        started: float,
+    ) -> StrategyResult:
+        """The plain cut with its dropped range folded into a checkpoint all the same.
+
+        The floor is above the threshold: no view fits, and this one is cut as
+        far as the truncation's last resorts go, the new checkpoint included.
+        The commit keeps the checkpoint whole (`whole_for_commit`), so what the
+        cut dropped is summarized, not lost, once later views have room again.
+        """
+        limit = self.writer.checkpoint_limit(budget.threshold)
+        folded, removed, checkpoint = await self._fold(view, head, cut, dropped, budget, limit)
+        tokens = budget.measure(folded)
+        last = await self.truncate.apply(transcript, folded, attrs.evolve(budget, tokens=tokens))
+        if last.applied:
+            folded, removed = last.messages, (*removed, *last.removed)
+            tokens = budget.measure(folded)
+        info = _info(view, folded, head, dropped, budget.tokens, tokens, checkpoint)
+        return StrategyResult(
+            messages=folded,
+            applied=True,
+            tokens_saved=max(0, budget.tokens - tokens),
+            info=attrs.evolve(info, duration=time.perf_counter() - started),
+            removed=removed,
+            error="no room left for a checkpoint next to the floor: this view has it cut, "
+            "the commit keeps it whole",
+        )
 
     async def _fold(
         self,

@@ -31,7 +31,7 @@ from context_engine.summarize.extractive import ExtractiveSummarizer
 from context_engine.summarize.files import DEFAULT_FILE_TOOLS, FileToolRule, merge, track_files
 from context_engine.summarize.gate import Review, gated
 from context_engine.summarize.instructions import keep_instructions
-from context_engine.summarize.ledger import Ledger
+from context_engine.summarize.ledger import Ledger, call_label
 from context_engine.summarize.log import (
     fit_ledger,
     with_ledger,
@@ -67,6 +67,7 @@ in ``room`` are dropped (and logged).
 
 
 _TEXT_FIRST_TOKENS = 160
+_JOIN_TOKENS = 4  # the blank line between the text and the log, and tokenizer slack
 
 
 def default_keep_recent_tokens(threshold: int) -> int:
@@ -149,9 +150,10 @@ class FullSummary:
         default=0.6,
         validator=share(exclusive_minimum=True, fix="0.6 gives the work log 3/5 of the checkpoint"),
     )
-    """Largest share of the checkpoint its work log (calls with their last status,
-    the most recent failure, written by code) may take; the summarizer's text gets
-    the rest, and at least its first 160 tokens."""
+    """Share of the checkpoint its work log (calls with their last status, the most
+    recent failure, written by code) may take even when the summarizer's text is
+    longer; a shorter text leaves the log more. The text keeps at least its first
+    160 tokens."""
     redactor: Redactor | None = None
     """Removes secrets from everything sent to the summarizer; None sends the history as is."""
     rehydrate: Rehydration | None = None
@@ -280,7 +282,15 @@ class FullSummary:
         prefix = tuple(view[i] for i in cut.turn_prefix)
         removal = Removal("messages", replaced_messages(view, cut))
         write = partial(
-            self._write_gated, history, prefix, previous, budget, removal, instructions, transcript
+            self._write_gated,
+            history,
+            prefix,
+            previous,
+            budget,
+            removal,
+            instructions,
+            transcript,
+            view[cut.index :],
         )
         review = Review(
             originals=restore_originals(history + prefix, transcript),
@@ -304,6 +314,7 @@ class FullSummary:
         removal: Removal,
         instructions: str | None,
         transcript: Sequence[Message],
+        kept: Sequence[Message],
         summarizer: Summarizer,
     ) -> ContextSummary:
         """The checkpoint ``summarizer`` writes, opened by the user's instructions (by code)."""
@@ -326,6 +337,7 @@ class FullSummary:
                 limit=limit,
                 instructions=instructions,
                 transcript=transcript,
+                kept=kept,
             )
 
         limit = self.checkpoint_limit(budget.threshold)
@@ -353,6 +365,7 @@ class FullSummary:
         limit: int,
         instructions: str | None = None,
         transcript: Sequence[Message] = (),
+        kept: Sequence[Message] = (),
     ) -> ContextSummary:
         """The checkpoint replacing ``removal``'s originals, at most ``limit`` tokens.
 
@@ -366,8 +379,12 @@ class FullSummary:
         the same call shortened (a cleared result, a trimmed text) is replaced
         by its original from ``transcript`` (`restore_originals`). The
         checkpoint's command list and most recent failure are written by code
-        (`Ledger`), merged with ``previous``'s, and take at most
-        ``ledger_share`` of ``limit``; the summarizer's text gets the rest.
+        (`Ledger`), merged with ``previous``'s, and take ``ledger_share`` of
+        ``limit``, or all the summarizer's text and the file lists leave when
+        that is more; the text gets the rest.
+        The calls of ``kept`` (the messages left verbatim after the
+        checkpoint) are not logged, but a call the log shortens is never
+        shortened to a prefix one of them shares.
 
         Raises:
             SummarizerError: the summarizer failed, or its window cannot hold a chunk.
@@ -383,10 +400,6 @@ class FullSummary:
         if self.redactor is not None:  # the log quotes commands and output: no secrets in it
             logged = redact_messages(logged, self.redactor)
         ledger = earlier.update(logged, shell_tools=self._shell_tools(), file_tools=self.file_tools)
-        # The text's first tokens (goal, constraints) come before the log: a small
-        # checkpoint must still say what the user asked.
-        room_for_log = min(int(limit * self.ledger_share), max(0, limit - _TEXT_FIRST_TOKENS))
-        log = fit_ledger(ledger, room_for_log, budget.counter)
         references = (removal.reference,) if budget.archiving else ()
         checkpoint, open_file = self._checkpoint(
             without_ledger(text), history + prefix, previous, budget, references, earlier.open_file
@@ -396,10 +409,25 @@ class FullSummary:
         checkpoint = attrs.evolve(
             checkpoint, summary=without_listed_files(checkpoint.summary, listed) or text
         )
+        others = [call_label(c, self._shell_tools()) for m in kept for c in m.tool_calls]
+        room_for_log = self._room_for_log(limit, budget.counter.count_message(checkpoint))
+        log = fit_ledger(ledger, room_for_log, budget.counter, others=others)
         condense = _condense_by_part(call, budget.counter)
         room = max(1, limit - budget.counter.count_text(log))
         bounded = await bound_checkpoint(checkpoint, room, budget.counter, condense)
         return await with_ledger(bounded, ledger, log, limit, budget.counter)
+
+    def _room_for_log(self, limit: int, text_tokens: int) -> int:
+        """Tokens the work log may take next to a text (and file lists) of ``text_tokens``.
+
+        Its share of ``limit``, or all the text leaves when that is more: a
+        short text leaves the log room for more calls. The text's first tokens
+        (goal, constraints) always stay: a small checkpoint must still say what
+        the user asked.
+        """
+        most = max(0, limit - _TEXT_FIRST_TOKENS)
+        spare = limit - text_tokens - _JOIN_TOKENS
+        return min(most, max(int(limit * self.ledger_share), spare))
 
     def _shell_tools(self) -> frozenset[str]:
         commands = (name for name, rule in self.file_tools.items() if rule in ("shell", "python"))

@@ -70,7 +70,12 @@ _GIVE_WAY = (
 )  # fmt: skip
 
 _HEADING = regex.compile(r"^#{1,6}\s+(.*\S)\s*$")
-_LABEL = regex.compile(r"^(``? .*? ``?|`[^`]*`) \(")
+# A call item's label: what comes before its status (`Run.head`); an older
+# checkpoint quoted it in backticks.
+_LABEL = regex.compile(
+    r"^(?:``? (?P<quoted>.*?) ``?|`(?P<code>[^`]*)`|(?P<bare>.*?))"
+    r" (?:✓(?: \(\d+ runs\))?|\((?:ok|failed|exit|no result)[^()\n]*\))$"
+)
 _NOTE = regex.compile(r"^[-*]?\s*\(\+\d+ more\)\s*$")
 _BULLET = regex.compile(r"^\s*(?:[-*•]|\d+[.)])\s+")
 _FENCE = regex.compile(r"```.*?(?:```|\Z)", regex.DOTALL)
@@ -233,8 +238,10 @@ def _goal(users: Sequence[str], chars: int) -> list[str]:
 
 def _label(item: str) -> str | None:
     """The call an item of a call section names (its leading code span)."""
-    found = _LABEL.match(item)
-    return found[1] if found is not None else None
+    found = _LABEL.match(item.split("\n", 1)[0])
+    if found is None:
+        return None
+    return found["quoted"] or found["code"] or found["bare"]
 
 
 def _superseded(old: Sequence[str], new: Sequence[str]) -> list[str]:
@@ -332,7 +339,8 @@ class ExtractiveSummarizer:
       yet``, and up to three error lines of a failure.
     * **Other tool calls**: calls of tools that are neither shell nor file tools.
     * **Decisions**: the assistant's sentences that state a choice or a cause.
-    * **Latest progress**: the last assistant texts.
+    * **Latest progress**: the last assistant texts (an update replaces the
+      earlier checkpoint's).
     * **Next steps**: TODO-like lines and the latest user request when no
       final assistant answer follows it.
 
@@ -379,8 +387,9 @@ class ExtractiveSummarizer:
         previous[READ] = [path for path in earlier_read if path in activity.read]
         for title in (COMMANDS, TOOLS):
             previous[title] = _superseded(previous.get(title, []), fresh[title])
-        if fresh[FAILURE]:  # only the most recent failure is quoted
-            previous.pop(FAILURE, None)
+        for latest in (FAILURE, PROGRESS):  # only the most recent failure and progress
+            if fresh[latest]:
+                previous.pop(latest, None)
         fresh[READ], fresh[MODIFIED] = list(activity.read), list(activity.modified)
         sections = [
             _section(_SPECS[title], previous.pop(title, []), fresh.get(title, []), turn, keywords)

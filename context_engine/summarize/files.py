@@ -37,10 +37,12 @@ Decisions:
 * Paths are kept as written (only surrounding whitespace is stripped); a path
   that is empty, longer than 4096 characters or holds control characters
   (a newline would break the checkpoint's file lists) is ignored.
-* Shell commands are parsed for writes only: ``cat f`` or ``grep x f`` reads
-  nothing as far as the lists go, because a shell touches files (``ls``,
-  ``find``, test runs) without the agent reading them. A deletion is a
-  modification, as for ``delete_file``.
+* Shell commands are parsed for the files they write and for the files they
+  show the agent (`context_engine.summarize.shell_reads`: ``cat f``, ``head``,
+  ``sed -n '1,9p' f``, ``grep x f.py`` on a named file). Other files a shell
+  touches (``ls``, ``find``, ``grep -r`` over a directory, test runs) are not
+  read as far as the lists go. A deletion is a modification, as for
+  ``delete_file``. `files_in_call` reports a command's writes only.
 * A script or patch written earlier in ``messages`` (``cat > fix.py <<EOF``)
   and run later (``python fix.py``, ``git apply fix.patch``) counts the files
   its text writes.
@@ -70,6 +72,7 @@ from context_engine.summarize.shell import (
     python_writes,
     shell_writes,
 )
+from context_engine.summarize.shell_reads import shell_reads
 
 __all__ = [
     "DEFAULT_FILE_TOOLS",
@@ -325,6 +328,16 @@ def _command_writes(
     return ("modified", paths) if paths else None
 
 
+def _shell_reads(call: ToolCall, tools: Mapping[str, FileToolRule]) -> tuple[str, ...]:
+    """The files a shell tool's command shows (``cat f``, ``sed -n 1,9p f``); () for other tools."""
+    if tools.get(call.name) != "shell":
+        return ()
+    text = command_text(parse_arguments(call.arguments) or call.arguments)
+    if text is None:
+        return ()
+    return tuple(path for path in map(_clean_path, shell_reads(text)) if path is not None)
+
+
 def track_files(
     messages: Sequence[Message],
     tools: Mapping[str, FileToolRule] = DEFAULT_FILE_TOOLS,
@@ -358,6 +371,7 @@ def track_files(
             if found is not None:
                 action, paths = found
                 (read if action == "read" else modified).update(dict.fromkeys(paths))
+            read.update(dict.fromkeys(_shell_reads(call, tools)))
     return FileActivity(
         read=(p for p in read if p not in modified), modified=modified, open_file=state.open_file
     )

@@ -26,6 +26,7 @@ from context_engine.summarize.files import (
     files_in_call,
     parse_arguments,
 )
+from context_engine.summarize.ledger_text import render_ledger
 from context_engine.summarize.outcome import content_lines, one_line, outcome
 from context_engine.summarize.shell import DEFAULT_SHELL_TOOLS, command_text
 
@@ -34,6 +35,8 @@ __all__ = [
     "FAILURE",
     "LEDGER_KEY",
     "LEDGER_TITLES",
+    "OK",
+    "OK_MARK",
     "TOOLS",
     "Failure",
     "Ledger",
@@ -57,6 +60,10 @@ _FAILURE_LINES = 6
 _FAILURE_CHARS = 600
 _FAILURE_LINE_CHARS = 400
 _NO_RESULT = "no result yet"
+OK = "ok"
+"""The status of a call that ended well."""
+OK_MARK = "✓"
+"""How the work log marks a call whose latest run ended ok."""
 
 
 def _code(label: str) -> str:
@@ -81,12 +88,19 @@ def _opening(text: str) -> str:
 
 
 def call_label(call: ToolCall, shell_tools: frozenset[str] = DEFAULT_SHELL_TOOLS) -> str:
-    """How a call is named in a checkpoint: a command's opening, else ``tool(arguments)``."""
+    """How a call is named in a checkpoint: a command's opening, else ``tool(arguments)``.
+
+    A tool that takes its own command line (SWE-agent's ``{"command":
+    "find_file x.py"}``) is named by that line, as a shell command is.
+    """
+    arguments = parse_arguments(call.arguments)
     if call.name in shell_tools:
-        arguments = parse_arguments(call.arguments)
         text = command_text(call.arguments if arguments is None else arguments)
         if text is not None and text.strip():
             return one_line(_opening(text), _LABEL_CHARS)
+    line = arguments.get("command") if arguments is not None and len(arguments) == 1 else None
+    if isinstance(line, str) and line.split(None, 1)[:1] == [call.name]:
+        return one_line(_opening(line), _LABEL_CHARS)
     return f"{call.name}({one_line(call.arguments, _ARGUMENT_CHARS)})"
 
 
@@ -97,7 +111,8 @@ class Run:
     Attributes:
         label: The call as `call_label` names it.
         command: Whether it is a shell command (else another tool's call).
-        status: ``ok``, ``failed``, ``failed, exit N`` or ``no result yet``.
+        status: ``ok``, ``failed``, ``failed, exit N``, ``exit N, no output``,
+            ``failed, exit 0 with a traceback`` or ``no result yet``.
         key_line: The key error line of the latest run when it failed.
         runs: How many times it ran (calls with the same label count as one:
             an agent re-running a command or a script it edits between runs).
@@ -109,10 +124,23 @@ class Run:
     key_line: str | None = None
     runs: int = 1
 
+    def head(self, label_chars: int | None = None) -> str:
+        """The label (clipped to ``label_chars`` with "…" when given) and the status, one line.
+
+        ``cmd ✓`` for a call that ended ok, ``cmd (failed, exit 1)`` otherwise,
+        the number of runs added when it ran more than once: ``cmd ✓ (3 runs)``.
+        A work log lists hundreds of calls: a check mark and the bare label keep
+        each item short, so more of them fit.
+        """
+        label = self.label if label_chars is None else one_line(self.label, label_chars)
+        times = f"{self.runs} runs" if self.runs > 1 else ""
+        if self.status == OK:
+            return f"{label} {OK_MARK}" + (f" ({times})" if times else "")
+        return f"{label} ({self.status}{', ' + times if times else ''})"
+
     def item(self, *, key_line: bool = True) -> str:
         """The checkpoint item: label, status (and runs), key error line indented below."""
-        times = f", {self.runs} runs" if self.runs > 1 else ""
-        head = f"{_code(self.label)} ({self.status}{times})"
+        head = self.head()
         return f"{head}\n  - {self.key_line}" if self.key_line and key_line else head
 
 
@@ -241,45 +269,17 @@ class Ledger:
                 runs[run.label] = attrs.evolve(run, runs=run.runs + (before.runs if before else 0))
         return Ledger(tuple(runs.values()), failure, self.open_file)
 
-    def render(self, max_chars: int) -> str:
+    def render(self, max_chars: int, *, others: Sequence[str] = ()) -> str:
         """The ledger's sections in about ``max_chars`` characters ("" when empty).
 
         The most recent failure is placed first in the budget (and shown
-        last), then the newest calls; a section that cannot show every call
-        says ``- (+N more)`` (the rest stays in the metadata).
+        last), then as many calls as fit, newest first, briefly before in
+        full (`context_engine.summarize.ledger_text`); a section that cannot
+        show every call says ``- (+N more)`` (the rest stays in the metadata).
+        ``others`` are the labels of calls the view shows elsewhere: no call
+        is shortened to a prefix one of them shares.
         """
-        sections: list[str] = []
-        left = max_chars
-        failure = ""
-        if self.failure is not None:
-            failure = f"## {FAILURE}\n- {self.failure.item()}"
-            left -= len(failure) + 2
-        for title, command in ((COMMANDS, True), (TOOLS, False)):
-            runs = [run for run in self.runs if run.command is command]
-            if runs:
-                quoted = self.failure.label if self.failure is not None else None
-                section, left = _fitted(title, runs, left, quoted)
-                sections.append(section)
-        return "\n\n".join([*sections, failure] if failure else sections)
-
-
-def _fitted(title: str, runs: list[Run], left: int, quoted: str | None) -> tuple[str, int]:
-    """One call section in ``left`` characters, newest calls first; the rest counted."""
-    heading = f"## {title}"
-    shown: list[str] = []
-    used = len(heading) + 2
-    for run in reversed(runs):  # newest first into the budget
-        # The most recent failure's key line is quoted in its own section already.
-        item = f"- {run.item(key_line=run.label != quoted)}"
-        if shown and used + len(item) + 1 + 16 > left:
-            break
-        shown.append(item)
-        used += len(item) + 1
-    hidden = len(runs) - len(shown)
-    lines = [heading, *reversed(shown)]
-    if hidden:
-        lines.insert(1, f"- (+{hidden} more)")
-    return "\n".join(lines), left - used
+        return render_ledger(self, max_chars, others=others)
 
 
 def _run(

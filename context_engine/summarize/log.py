@@ -10,6 +10,8 @@ before the section on the current request.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import attrs
 import regex
 
@@ -23,25 +25,41 @@ __all__ = ["fit_ledger", "with_ledger", "without_ledger", "without_listed_files"
 
 _HEADING = regex.compile(r"^(#{1,6})\s+(.*\S)\s*$")
 _TITLES = frozenset(title.lower() for title in LEDGER_TITLES)
-_FITS = 3  # renderings tried to bring the log under its budget
+_FITS = 8  # renderings tried to bring the log close under its budget
+_MAX_CHARS_PER_TOKEN = 8  # no log is sparser: the bisection's upper bound
+_CLOSE_ENOUGH = 50  # within 2 % of the budget: stop
 _FILE_TITLES = frozenset({"files modified", "files read"})
 _ITEM = regex.compile(r"^\s*[-*]\s+(.*\S)\s*$")
 _NOTE = regex.compile(r"^\s*[-*]\s*\(\+\d+ more\)\s*$")
 
 
-def fit_ledger(ledger: Ledger, max_tokens: int, counter: TokenCounter) -> str:
-    """``ledger``'s sections in at most about ``max_tokens`` tokens ("" when empty)."""
+def fit_ledger(
+    ledger: Ledger, max_tokens: int, counter: TokenCounter, *, others: Sequence[str] = ()
+) -> str:
+    """``ledger``'s sections in at most about ``max_tokens`` tokens ("" when empty).
+
+    ``others`` are labels of calls shown elsewhere in the view (`Ledger.render`).
+    """
     if not ledger:
         return ""
+    # The largest character budget whose rendering fits: start from 4 characters a
+    # token, then bisect between the best that fitted and the least that did not.
+    fitted, over = "", None
+    low, high = 0, max(1, max_tokens) * _MAX_CHARS_PER_TOKEN
     chars = max(1, max_tokens) * 4
-    text = ledger.render(chars)
     for _ in range(_FITS):
+        text = ledger.render(chars, others=others)
         tokens = counter.count_text(text)
         if tokens <= max_tokens:
+            fitted, low = text, chars
+            if tokens * _CLOSE_ENOUGH >= max_tokens * (_CLOSE_ENOUGH - 1) or len(text) < chars // 2:
+                break  # close to the budget, or everything shown already
+        else:
+            over, high = text, chars
+        chars = (low + high) // 2 if over is not None else high
+        if high - low <= 1:
             break
-        chars = max(1, chars * max_tokens * 9 // (10 * tokens))
-        text = ledger.render(chars)
-    return text
+    return fitted or over or ""
 
 
 def without_ledger(text: str) -> str:
@@ -66,13 +84,14 @@ def without_listed_files(text: str, paths: frozenset[str]) -> str:
     The checkpoint lists its files itself (``<read-files>``, ``<modified-files>``);
     a summarizer's *Files modified* / *Files read* section of bare paths says
     them twice. Items that say more (what changed) stay; a section left with
-    nothing but a ``(+N more)`` note goes whole.
+    nothing but blank lines and a ``(+N more)`` note goes whole.
     """
     out: list[str] = []
     section: list[str] | None = None  # lines of the file section being read
 
     def flush() -> None:
-        if section is not None and any(not _NOTE.match(line) for line in section[1:]):
+        kept = [line for line in section[1:] if line.strip()] if section is not None else []
+        if section is not None and any(not _NOTE.match(line) for line in kept):
             out.extend(section)
 
     for line in text.splitlines():

@@ -14,10 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from context_engine.messages import Message
-from context_engine.structure import ARCHIVED_KEY, CAPPED_KEY, CLEARED_KEY, TRIMMED_KEY
+from context_engine.messages import ContextSummary, Message
+from context_engine.structure import (
+    ARCHIVED_KEY,
+    CAPPED_KEY,
+    CLEARED_KEY,
+    TRIMMED_KEY,
+    is_user_message,
+)
 
-__all__ = ["restore_originals"]
+__all__ = ["restore_originals", "whole_for_commit", "whole_newest_user"]
 
 _SHORTENED = (CLEARED_KEY, TRIMMED_KEY, CAPPED_KEY, ARCHIVED_KEY)
 # How far past the last matched message a shortened one's original is looked
@@ -82,3 +88,60 @@ def _source_of(message: Message, transcript: Sequence[Message], floor: int) -> i
 def _same_shortening(candidate: Message, message: Message) -> bool:
     """Whether ``candidate`` is already shortened exactly as ``message`` (no original to gain)."""
     return candidate.content == message.content
+
+
+def _newest_user(messages: Sequence[Message]) -> int:
+    return next((i for i in reversed(range(len(messages))) if is_user_message(messages[i])), -1)
+
+
+def whole_newest_user(
+    view: Sequence[Message], transcript: Sequence[Message]
+) -> tuple[Message, ...]:
+    """``view`` with its newest user message whole again, when a strategy trimmed it.
+
+    The newest user message is trimmed only so that one view fits; a caller
+    that keeps the view as its transcript (a commit) would lose the rest of
+    the request for good, even once later views have room for it. The
+    original is the transcript's newest user message; a view whose newest
+    user message is not trimmed, or whose transcript holds no other version
+    of it, is returned as it is.
+    """
+    at = _newest_user(view)
+    if at < 0 or TRIMMED_KEY not in view[at].metadata:
+        return tuple(view)
+    source = _newest_user(transcript)
+    if source < 0:
+        return tuple(view)
+    original = transcript[source]
+    if not _is_source(original, view[at]) or _same_shortening(original, view[at]):
+        return tuple(view)
+    return (*view[:at], original, *view[at + 1 :])
+
+
+def whole_for_commit(
+    view: Sequence[Message], transcript: Sequence[Message], shortened: Sequence[Message]
+) -> tuple[Message, ...]:
+    """``view`` as a caller should keep it: what was cut to fit this one view, whole again.
+
+    Two messages are only ever cut for the view at hand, by the last resorts of
+    a truncation: the newest user message (`whole_newest_user`) and the
+    checkpoint, whose text and file lists go when nothing else is left. A
+    caller committing the view would lose the request, the files and the
+    calls for good. ``shortened`` are the originals of the call's text
+    removals; a checkpoint of ``view`` made from one of them (same
+    ``tokens_before`` and metadata) is replaced by it.
+    """
+    whole = list(whole_newest_user(view, transcript))
+    originals = [m for m in shortened if isinstance(m, ContextSummary)]
+    for index, message in enumerate(whole):
+        if not isinstance(message, ContextSummary):
+            continue
+        for original in originals:
+            if (
+                original is not message
+                and original.tokens_before == message.tokens_before
+                and original.metadata == message.metadata
+            ):
+                whole[index] = original
+                break
+    return tuple(whole)

@@ -10,10 +10,13 @@ one place and "failed" in another.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 import attrs
 
 from context_engine._memo import memoized
+from context_engine.formats._anthropic_blocks import IS_ERROR_KEY
+from context_engine.formats._strands_blocks import STATUS_KEY
 from context_engine.messages import Message
 
 __all__ = ["ERROR_LINE", "Outcome", "content_lines", "one_line", "outcome"]
@@ -30,7 +33,8 @@ ERROR_LINE = re.compile(
 
 _EXIT = re.compile(
     r"<returncode>\s*(-?\d+)\s*</returncode>"
-    r"|\b(?:[Ee]xit(?:ed)? (?:with )?(?:code|status)|returned non-zero exit status)[:=\s]*(-?\d+)"
+    r"|\b(?:[Ee]xit(?:ed)? (?:with )?(?i:code|status)|returned non-zero exit status)[:=\s]*(-?\d+)"
+    r'|"exit_code"\s*:\s*(-?\d+)'  # Codex's exec output: {"output": ..., "metadata": {...}}
 )
 _TRACEBACK = "Traceback (most recent call last)"
 # The header of a Python traceback matches ERROR_LINE but says nothing: the
@@ -58,6 +62,25 @@ _SUMMARY_FAILED = re.compile(r"\b[1-9]\d* (?:failed|errors?)\b")
 _TAG_LINE = re.compile(r"^\s*(?:</?[A-Za-z_][\w-]*>\s*)+$|^\s*<returncode>.*</returncode>\s*$")
 _LINE_CHARS = 240
 _OUTCOME_KEY = ("context_engine.summarize.outcome",)
+# `context_engine.formats.langchain.MESSAGE_KEY`: that module needs the langchain extra.
+_LANGCHAIN_MESSAGE_KEY = "langchain.message"
+
+
+def _flagged(result: Message) -> bool:
+    """Whether the runtime itself marked the result as an error.
+
+    Anthropic's ``is_error`` on a ``tool_result`` (Claude Code sets it on a
+    refused edit as on a failed command), a Strands ``toolResult`` with status
+    ``error``, a LangChain ``ToolMessage`` with status ``error``: the converters
+    keep them in the message's metadata.
+    """
+    meta = result.metadata
+    langchain = meta.get(_LANGCHAIN_MESSAGE_KEY)
+    return (
+        meta.get(IS_ERROR_KEY) is True
+        or meta.get(STATUS_KEY) == "error"
+        or (isinstance(langchain, Mapping) and langchain.get("status") == "error")
+    )
 
 
 @attrs.frozen
@@ -69,7 +92,10 @@ class Outcome:
         failed: Whether the result looks like a failure (a non-zero exit
             status or a traceback; without a status, a traceback, an error-like first or last line,
             or an error stated in words in the first lines: "syntax error",
-            "command not found", "not been applied").
+            "command not found", "not been applied"), or the runtime marked
+            it as an error (Anthropic's ``is_error``, a Strands or LangChain
+            tool result with status ``error``, kept in the metadata by the
+            converters).
         key_line: The key line of a failure, or None: the exception line that
             closes the last traceback (what was finally raised), else the first
             exception line, else the first error-like line, else (a non-zero
@@ -129,21 +155,26 @@ def _key_line(text: str, lines: list[str]) -> str | None:
 def _outcome(result: Message) -> Outcome:
     text = result.text
     found = _EXIT.search(text)
-    status = int(found[1] or found[2]) if found is not None else None
+    status = int(found[1] or found[2] or found[3]) if found is not None else None
     lines = content_lines(text)
+    flagged = _flagged(result)
     if status is not None:
         # A script that catches and prints its traceback still exits 0: it raised all the same.
-        failed = status != 0 or _TRACEBACK in text
+        failed = status != 0 or _TRACEBACK in text or flagged
     else:
         ends = lines[:1] + lines[-1:]
         failed = (
-            _TRACEBACK in text
+            flagged
+            or _TRACEBACK in text
             or any(ERROR_LINE.search(line) or _SUMMARY_FAILED.search(line) for line in ends)
             or any(_REPORTED.search(line) for line in lines[:_OPENING_LINES])
         )
     key = _key_line(text, lines) if failed else None
-    if key is None and failed and status is not None and lines:
-        key = lines[-1]  # a non-zero exit and no error line: what it said last
+    if key is None and failed and lines:
+        if status is not None:
+            key = lines[-1]  # a non-zero exit and no error line: what it said last
+        elif flagged:
+            key = lines[0]  # the runtime said it failed: its first words say why
     return Outcome(status, failed, one_line(key, _LINE_CHARS) if key is not None else None)
 
 

@@ -10,7 +10,8 @@ them. `context_engine.summarize.files` uses it for the tools its mapping marks
 Decisions:
 
 * Writes only. A command that only reads (``cat f``, ``grep x f``,
-  ``sed -n``) names no file; reads through the shell are not tracked.
+  ``sed -n``) names no file here; `context_engine.summarize.shell_reads`
+  finds those.
 * A deletion (``rm``, ``unlink``, ``git rm``, the source of ``mv``) counts as
   a modification, as a ``delete_file`` tool call does.
 * ``cd DIR`` (a literal directory) applies to the paths of the commands after

@@ -594,7 +594,8 @@ def test_an_overflow_on_the_call_that_wrote_a_checkpoint_keeps_the_checkpoint(
     assert len(retry) < len(first)
     assert summaries[0] >= 1
     assert summarizer.calls == summaries[0]  # the recovery wrote no second summary
-    assert from_strands(run.agent.messages)[0].text == retry[1].text  # the history keeps it
+    # The history keeps the checkpoint whole: only the retry's view needed it cut.
+    assert from_strands(run.agent.messages)[0].text == first[1].text
 
 
 # ------------------------------------------------------- window and overhead from the runtime

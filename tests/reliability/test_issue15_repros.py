@@ -57,7 +57,7 @@ async def test_the_failure_microcompact_cleared_is_quoted_by_the_checkpoint() ->
     """The summarizer reads the original result, not the placeholder: the error line survives."""
     view = await replay(failing_then_busy(60))
     checkpoint = checkpoint_of(view)
-    assert "`python app.py` (failed, exit 1)" in checkpoint.text
+    assert "python app.py (failed, exit 1)" in checkpoint.text
     assert "## Most recent failure\n- `python app.py` failed with:" in checkpoint.text
     assert NAME_ERROR in checkpoint.text
 
@@ -104,3 +104,73 @@ async def test_a_split_older_turn_keeps_its_goal_and_the_task_title() -> None:
     assert goal.startswith("- Task: port the CLI.")
     # The split turn's own request stays verbatim right after the checkpoint.
     assert view[view.index(checkpoint) + 1].text == "Now also add a --verbose flag."
+
+
+# -- the follow-up's repros: statuses of command variants, reads, the task statement -------
+
+
+async def test_a_retried_command_is_never_shown_ok_for_the_run_that_failed() -> None:
+    """A failed run and its retry with one more flag share one line, each with its status."""
+    lint = "tool fix query.sql --dialect ansi"
+    messages = [Message.system("You are a coding agent."), Message.user("Fix the lint.")]
+    messages += bash(0, lint, "Are you sure? [Y/n]\nOSError: No such device", code=1)
+    messages += bash(1, f"{lint} -f", "Persisting Changes...\nDone.")
+    for index in range(2, 80):
+        messages += bash(index, f"cat part_{index}.sql", f"select {index};\n" * 60)
+    text = checkpoint_of(await replay(messages)).text
+    assert f"- {lint} (failed, exit 1) → {lint} -f ✓" in text.splitlines()
+    assert f"{lint} ✓" not in text
+
+
+async def test_files_read_through_bash_are_listed_as_read() -> None:
+    """`cat`, `sed -n` and `grep` on a named file count as reads of it."""
+    reads = ["cat src/app.py", "sed -n '10,40p' src/cli.py", "grep -n main src/run.py"]
+    messages = [Message.system("You are a coding agent."), Message.user("Explain the CLI.")]
+    for index, command in enumerate(reads):
+        messages += bash(index, f"cd /repo && {command}", "code\n" * 80)
+    for index in range(3, 80):
+        messages += bash(index, f"python -m pytest -k t{index}", f"t{index} passed\n" * 80)
+    checkpoint = checkpoint_of(await replay(messages))
+    listed = {*checkpoint.read_files, *Condensed.of(checkpoint).read_files}
+    assert {"/repo/src/app.py", "/repo/src/cli.py", "/repo/src/run.py"} <= listed
+
+
+async def test_a_task_statement_trimmed_for_one_view_is_committed_whole() -> None:
+    """A recovery trims a long request to fit one view; the transcript it commits keeps it whole."""
+    task = "Fix the parser. " + "The spec says many things about it. " * 270  # ~2,500 tokens
+    messages = [Message.system("You are a coding agent."), Message.user(task)]
+    for index in range(6):
+        messages += bash(index, f"pytest -k case_{index}", f"case {index}\n" * 30)
+    script = "cat > fix.py <<'EOF'\n" + "x = 1\n" * 1000 + "EOF"  # a ~1,500-token step
+    messages += bash(6, script, "")
+    runner = engine()
+    result = await runner.recover_overflow(messages, "prompt is too long: 9000 > 8000")
+    sent = [m for m in result.messages if m.role == "user" and not m.is_summary]
+    assert sent[-1].text != task  # this view had to trim it
+    assert result.commit is not None
+    assert [m for m in result.commit if m.text == task]  # the caller keeps it whole
+    later = [*result.commit, *bash(7, "pytest -k case_7", "ok")]
+    view = (await runner.project(later)).messages
+    assert [m for m in view if m.text == task]  # and the next view has room for it again
+
+
+async def test_a_recovery_past_the_floor_commits_the_dropped_steps_in_a_checkpoint() -> None:
+    """No view fits (a long request, a huge last step): the commit still summarizes the cut."""
+    task = "Fix the parser. " + "The spec says many things about it. " * 270  # ~2,500 tokens
+    messages = [Message.system("You are a coding agent."), Message.user(task)]
+    messages += bash(0, "sed -i 's/a/b/' src/edited.py", "")
+    for index in range(1, 30):
+        messages += bash(index, f"pytest -k case_{index}", f"case {index}\n" * 30)
+    script = "cat > fix.py <<'EOF'\n" + "x = 1\n" * 1400 + "EOF"  # a ~2,100-token step
+    messages += bash(30, script, "")
+    result = await engine().recover_overflow(messages, "prompt is too long: 9000 > 8000")
+    assert result.event is not None
+    assert result.event.futile  # the floor alone is above the threshold
+    assert result.commit is not None
+    assert not any(is_truncation_marker(m) for m in result.commit)
+    kept = checkpoint_of(result.commit)
+    assert "src/edited.py" in {*kept.modified_files, *Condensed.of(kept).modified_files}
+    assert "pytest -k case_29" in [run.label for run in Ledger.of(kept).runs]
+    # The view sent now is cut as far as it goes; the commit keeps the checkpoint whole.
+    assert checkpoint_of(result.messages).tokens_before == kept.tokens_before
+    assert COUNTER.count_message(checkpoint_of(result.messages)) <= COUNTER.count_message(kept)

@@ -102,18 +102,18 @@ def test_a_file_tool_call_is_tracked_by_what_it_does(
         call("grep", {"pattern": "def", "path": "src"}),
         call("glob", {"pattern": "**/*.py", "path": "."}),
         call("find_file", {"file_name": "fields.py", "dir": "src"}),
-        call("bash", {"command": "cat a.py"}),
+        call("bash", {"command": "ls src && grep -rn 'def main' src/ && python run.py"}),
         call("get_weather", {"path": "not-a-file-tool.py"}),
         call("str_replace_editor", {"command": "explode", "path": "x.py"}),
         call("str_replace_editor", {"path": "no-command.py"}),
     ],
     ids=[
-        "grep-is-search", "glob-is-search", "find-file-is-search", "shell-read-not-tracked",
+        "grep-is-search", "glob-is-search", "find-file-is-search", "shell-search-not-tracked",
         "unknown-tool", "editor-unknown-command", "editor-without-command",
     ],
 )  # fmt: skip
 def test_calls_that_do_not_read_or_modify_a_file_are_not_tracked(tool_call: ToolCall) -> None:
-    """Searching, shell reads, unknown tools and unknown editor commands name no file."""
+    """Searching (a shell's too), unknown tools and unknown editor commands name no file."""
     assert track_files(session(tool_call)) == FileActivity()
 
 
@@ -238,11 +238,23 @@ def test_shell_and_python_writes_count_as_modified() -> None:
             call("bash", {"command": "cd /testbed && sed -i 's/a/b/' astropy/utils/shapes.py"}),
             call("execute_bash", {"command": "cat > notes.txt <<'EOF'\nhi\nEOF"}),
             call("execute_ipython_cell", {"code": "edit_file_by_replace('/w/App.css', 'a', 'b')"}),
-            call("bash", {"command": "grep -n x other.py"}),
+            call("bash", {"command": "grep -rn x src/"}),
         )
     )
     assert activity == FileActivity(
         modified=("/testbed/astropy/utils/shapes.py", "notes.txt", "/w/App.css")
+    )
+
+
+def test_files_a_shell_command_shows_count_as_read() -> None:
+    """An agent reading through bash (``cat``, ``sed -n``, ``grep`` on a file) has read the file."""
+    messages = session(
+        call("bash", {"command": "cd /repo && cat setup.cfg && sed -n '1,40p' pkg/mod.py"}),
+        call("bash", {"command": "cd /repo && grep -n run pkg/cli.py && sed -i s/a/b/ pkg/mod.py"}),
+    )
+    # The file read and then edited is listed as modified only.
+    assert track_files(messages) == FileActivity(
+        read=("/repo/setup.cfg", "/repo/pkg/cli.py"), modified=("/repo/pkg/mod.py",)
     )
 
 

@@ -8,11 +8,13 @@ from typing import Any
 import pytest
 
 from context_engine import ContextSummary, Message, ToolCall
+from context_engine.formats.anthropic import from_anthropic
+from context_engine.formats.strands import from_strands
 from context_engine.strategies import FullSummary
 from context_engine.strategies.base import Budget
 from context_engine.summarize.extractive import ExtractiveSummarizer
 from context_engine.summarize.ledger import LEDGER_KEY, Ledger
-from context_engine.summarize.log import without_ledger, without_listed_files
+from context_engine.summarize.log import fit_ledger, without_ledger, without_listed_files
 from context_engine.summarize.outcome import Outcome, outcome
 from context_engine.testing import FixedTokenCounter, RecordingSummarizer
 
@@ -70,6 +72,17 @@ def failing_test(run: Shell) -> list[Message]:
         ("exit code 2\nmake: *** [all] Error 2", Outcome(2, True, "make: *** [all] Error 2")),
         ("<returncode>1</returncode>\n<output>\n</output>", Outcome(1, True, None)),
         ("<returncode>0</returncode>\nall good", Outcome(0, False, None)),
+        (
+            '{"output": "collected 3 items\\n1 failed", "metadata": {"exit_code": 1}}',
+            Outcome(
+                1, True, '{"output": "collected 3 items\\n1 failed", "metadata": {"exit_code": 1}}'
+            ),
+        ),
+        (
+            "Exit Code: 2\nStderr: make: *** [all] Error 2",
+            Outcome(2, True, "Stderr: make: *** [all] Error 2"),
+        ),
+        ("ok\n[The command completed with exit code 0.]", Outcome(0, False, None)),
     ],
     ids=[
         "chained-traceback",
@@ -78,6 +91,9 @@ def failing_test(run: Shell) -> list[Message]:
         "make",
         "grep-no-match",
         "ok",
+        "codex-exec-json",
+        "gemini-exit-code",
+        "openhands-exit-0",
     ],
 )
 def test_how_a_call_ended_and_its_key_line(text: str, expected: Outcome) -> None:
@@ -168,7 +184,8 @@ async def test_a_model_cannot_call_a_failed_command_ok() -> None:
     text = next(m for m in result.messages if isinstance(m, ContextSummary)).summary
     assert "Goal\n- fix dates" in text
     assert "`pytest tests/test_dates.py` (ok)" not in text
-    assert "`pytest tests/test_dates.py` (failed, exit 1)" in text
+    assert "pytest tests/test_dates.py ✓" not in text
+    assert "pytest tests/test_dates.py (failed, exit 1)" in text
     assert KEY in text
 
 
@@ -176,7 +193,7 @@ def test_sections_with_the_ledgers_titles_are_removed_at_any_level() -> None:
     """The summarizer's own call sections go, nested ones included; the rest stays."""
     text = (
         "## Goal\n- a\n\n## Commands run\n- `x` (ok)\n\n## Earlier in the current request\n"
-        "### Commands run\n- `y` (ok)\n### Decisions\n- b"
+        "### Commands run\n- y ✓\n### Decisions\n- b"
     )
     assert without_ledger(text) == (
         "## Goal\n- a\n\n## Earlier in the current request\n### Decisions\n- b"
@@ -193,6 +210,8 @@ def test_file_list_items_the_checkpoint_lists_itself_are_not_repeated() -> None:
     assert without_listed_files(text, listed) == (
         "## Goal\n- a\n\n## Files modified\n- src/b.py: renamed parse()"
     )
+    nested = "## Earlier\n### Files read\n- README.md\n\n### Decisions\n- b"
+    assert without_listed_files(nested, listed) == "## Earlier\n### Decisions\n- b"
 
 
 async def test_the_editor_s_open_file_is_carried_to_the_next_checkpoint() -> None:
@@ -216,3 +235,199 @@ async def test_the_editor_s_open_file_is_carried_to_the_next_checkpoint() -> Non
     assert second.applied
     checkpoint = next(m for m in second.messages if isinstance(m, ContextSummary))
     assert "pkg/handler.py" in checkpoint.modified_files
+
+
+# -- the rendering: variants together, short forms first, never an ambiguous one -------------
+
+
+def test_variants_of_a_command_share_one_item_each_with_its_status() -> None:
+    """A retry with one more flag or a pipe is listed with the run it extends."""
+    run = Shell()
+    messages = [
+        *run("lint fix q.sql", "OSError: no tty", code=1),
+        *run("lint fix q.sql -f", "Done."),
+        *run("lint fix q.sql | head -5", "Done."),
+        *run("cd /repo", ""),
+        *run("cd /repo && ls", "a.py"),
+    ]
+    commands = Ledger().update(messages).render(10_000).split("\n\n")[0]
+    assert commands.splitlines()[1:] == [
+        "- lint fix q.sql (failed, exit 1) → lint fix q.sql -f ✓ → lint fix q.sql | head -5 ✓",
+        "- cd /repo ✓",  # a list operator starts another command: no variant
+        "- cd /repo && ls ✓",
+    ]
+
+
+def test_a_tight_budget_lists_more_calls_briefly_and_the_newest_in_full() -> None:
+    """Long labels are shortened before any call is hidden; room left widens the newest."""
+    run = Shell()
+    long = [
+        f"python -m pytest tests/test_module_{n}.py::test_case -x -q " + "-k x " * 18
+        for n in range(6)
+    ]
+    ledger = Ledger().update([m for command in long for m in run(command, "1 passed")])
+    full = ledger.render(10_000)
+    assert all(f"{command.strip()} ✓" in full for command in long)
+    tight = ledger.render(len(full) * 3 // 4)
+    assert "(+" not in tight  # every call still listed
+    assert f"{long[-1].strip()} ✓" in tight  # the newest in full
+    assert f"- {long[0][:60]}" in tight
+    assert f"- {long[0].strip()} ✓" not in tight
+    hidden = ledger.render(300)
+    assert "- (+" in hidden
+    assert f"- {long[-1][:60]}" in hidden
+
+
+def test_a_short_form_is_never_a_prefix_another_call_shares() -> None:
+    """Two long commands alike up to their last words keep those words in their short forms."""
+    run = Shell()
+    stem = "cd /repo && python -m pytest tests/test_physical.py::test_case_with_a_longer_name"
+    stem += " -xvs | tail -"
+    other = "cd /repo && python -c 'import pkg; print(pkg.__version__, pkg.__file__, "
+    other += "pkg.__name__, pkg.__doc__)'"
+    messages = [*run(stem + "100", "1 passed"), *run(stem + "50", "1 passed"), *run(other, "1")]
+    tight = Ledger().update(messages).render(340)
+    assert f"{other[:79]}… ✓" in tight  # short forms are in use
+    assert f"{stem}100 ✓" in tight
+    assert f"{stem}50 ✓" in tight
+    # A call shown elsewhere in the view (kept after the checkpoint) counts too.
+    alone = Ledger().update(run(stem + "10", "1 passed"))
+    assert f"- {stem[:79]}… ✓" in alone.render(120)
+    assert f"{stem}10 ✓" in alone.render(120, others=[stem + "20"])
+
+
+def test_hidden_variants_are_counted_one_by_one() -> None:
+    """``(+N more)`` counts calls, also when a hidden item holds several variants."""
+    run = Shell()
+    messages = [*run("make a", "ok"), *run("make a -j4", "ok"), *run("make b " + "x" * 300, "ok")]
+    text = Ledger().update(messages).render(100)
+    assert text.splitlines()[:2] == ["## Commands run", "- (+2 more)"]
+
+
+def test_a_tool_taking_its_own_command_line_is_named_by_it() -> None:
+    """SWE-agent style tools (``{"command": "find_file x.py"}``) read like shell commands."""
+    calls = [
+        ToolCall("t1", "find_file", json.dumps({"command": 'find_file "handler.py"\n'})),
+        ToolCall("t2", "lookup", json.dumps({"command": "other thing"})),
+    ]
+    messages = [Message.assistant("", tool_calls=calls)]
+    messages += [Message.tool("t1", "Found 1 match"), Message.tool("t2", "done")]
+    assert [r.label for r in Ledger().update(messages).runs] == [
+        'find_file "handler.py"',
+        'lookup({"command": "other thing"})',
+    ]
+
+
+async def test_a_short_text_leaves_its_room_to_the_work_log() -> None:
+    """The log may take more than its share when the summarizer's text is short."""
+    run = Shell()
+    view: list[Message] = [Message.system("sys"), Message.user("Fix the build")]
+    for n in range(60):
+        view += run(f"make target_with_a_long_name_{n} --jobs 4 --keep-going", "built\n" * 30)
+    short = RecordingSummarizer(["<summary>## Goal\n- fix the build</summary>"] * 4)
+    strategy = FullSummary(summarizer=short, keep_recent_tokens=1, max_checkpoint_share=0.5)
+    pressure = budget(view, 2_000)
+    result = await strategy.apply(view, view, pressure)
+    assert result.applied
+    checkpoint = next(m for m in result.messages if isinstance(m, ContextSummary))
+    log_tokens = COUNTER.count_text(checkpoint.summary.split("## Commands run", 1)[1])
+    assert log_tokens > 0.6 * strategy.checkpoint_limit(2_000)  # more than its share
+    assert COUNTER.count_message(checkpoint) <= strategy.checkpoint_limit(2_000)
+
+
+@pytest.mark.parametrize("budget_tokens", [60, 200, 700])
+def test_the_log_fills_its_budget_without_passing_it(budget_tokens: int) -> None:
+    """`fit_ledger` lists as many calls as its token budget holds, and no more."""
+    run = Shell()
+    messages = [m for n in range(200) for m in run(f"make target_{n} --jobs {n % 7}", "built")]
+    log = fit_ledger(Ledger().update(messages), budget_tokens, COUNTER)
+    assert COUNTER.count_text(log) <= budget_tokens
+    assert COUNTER.count_text(log) >= 0.9 * budget_tokens
+
+
+def test_variants_failing_alike_quote_their_key_line_once() -> None:
+    """Key lines shared by several variants of a command are listed once under the item."""
+    run = Shell()
+    messages = [
+        *run("lint q.sql", "RuntimeError: dropped", code=1),
+        *run("lint q.sql | head -5", "RuntimeError: dropped", code=1),
+        *run("make", "make: *** [all] Error 2", code=2),  # the most recent failure
+    ]
+    text = Ledger().update(messages).render(10_000)
+    assert text.count("  - RuntimeError: dropped") == 1
+
+
+def _anthropic_error() -> Message:
+    """Claude Code refusing an edit: no exit status, no error word, the ``is_error`` flag."""
+    messages = from_anthropic(
+        [
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": "e1", "name": "Edit", "input": {"old": "x"}}
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "e1",
+                        "is_error": True,
+                        "content": "String to replace not found in file.\nString: x = 1",
+                    }
+                ],
+            },
+        ]
+    )
+    return next(m for m in messages if m.role == "tool")
+
+
+def _strands_error() -> Message:
+    """A Strands tool result with status ``error``."""
+    messages = from_strands(
+        [
+            {
+                "role": "assistant",
+                "content": [{"toolUse": {"toolUseId": "s1", "name": "lookup", "input": {}}}],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "toolResult": {
+                            "toolUseId": "s1",
+                            "status": "error",
+                            "content": [{"text": "Reservation ABC123 could not be found"}],
+                        }
+                    }
+                ],
+            },
+        ]
+    )
+    return next(m for m in messages if m.role == "tool")
+
+
+@pytest.mark.parametrize(
+    ("result", "key"),
+    [
+        (_anthropic_error, "String to replace not found in file."),
+        (_strands_error, "Reservation ABC123 could not be found"),
+        (
+            lambda: Message(
+                "tool",
+                "Reservation ABC123 could not be found",
+                tool_call_id="l1",
+                metadata={"langchain.message": {"status": "error"}},  # from_langchain's shape
+            ),
+            "Reservation ABC123 could not be found",
+        ),
+    ],
+    ids=["anthropic-is-error", "strands-status-error", "langchain-status-error"],
+)
+def test_a_result_the_runtime_flagged_as_an_error_is_a_failure(result: Any, key: str) -> None:
+    """The runtime's own error flag decides, even when the text reads like plain output."""
+    ended = outcome(result())
+    assert ended.failed
+    assert ended.status == "failed"
+    assert ended.key_line == key

@@ -9,8 +9,8 @@ import attrs
 from context_engine import ContextSummary, Message, ToolCall
 from context_engine.strategies import FullSummary, ToolResultMicrocompact
 from context_engine.strategies.base import Budget
-from context_engine.structure import CLEARED_KEY
-from context_engine.summarize.originals import restore_originals
+from context_engine.structure import CLEARED_KEY, TRIMMED_KEY
+from context_engine.summarize.originals import restore_originals, whole_newest_user
 from context_engine.testing import FixedTokenCounter, RecordingSummarizer
 
 COUNTER = FixedTokenCounter()
@@ -82,3 +82,17 @@ async def test_the_summarizer_reads_the_failure_microcompact_cleared_in_the_same
     sent = [m for request in recorder.requests for m in request.messages]
     assert not any(m.metadata.get(CLEARED_KEY) for m in sent)
     assert any(TRACEBACK in m.text for m in sent)
+
+
+def test_whole_newest_user_puts_a_trimmed_request_back_for_the_commit() -> None:
+    """Only the newest user message, only when trimmed, only from a longer original."""
+    task = Message.user("Fix the parser. " * 50)
+    trimmed = attrs.evolve(
+        task, content="Fix the parser.\n[700 characters trimmed]\n", metadata={TRIMMED_KEY: 1}
+    )
+    transcript = [Message.system("sys"), task, Message.assistant("On it.")]
+    view = (transcript[0], trimmed, transcript[2])
+    assert whole_newest_user(view, transcript) == tuple(transcript)
+    assert whole_newest_user(transcript, transcript) == tuple(transcript)
+    # A transcript that already holds the trimmed text has nothing better to give.
+    assert whole_newest_user(view, list(view)) == view

@@ -1,0 +1,174 @@
+"""The work log's text: as many calls as the budget holds, short first, detailed where room is left.
+
+A long session runs hundreds of distinct commands; a checkpoint has room for
+a fraction of them. Listing a few in full and hiding the rest tells the
+model less than listing most of them briefly, so each section is filled in
+two passes, newest call first:
+
+1. every call gets its short form (its label clipped to `SHORT_LABEL_CHARS`,
+   a failure's key line to `SHORT_KEY_CHARS`) while the budget holds;
+2. the room left widens the newest of them back to their full form.
+
+The calls the text has no room for are counted (``- (+N more)``) and stay in
+the checkpoint's metadata (`context_engine.summarize.ledger.LEDGER_KEY`).
+
+Variants of one command (a label that another extends with more arguments
+or a pipe: ``pytest tests/x.py`` and ``pytest tests/x.py -x``,
+``tool lint - 2>&1`` and ``tool lint - 2>&1 | head``) share one item, each
+with its own last status, in the order they last ran: the model sees that
+the retry with ``-x`` failed where the first run passed, and a status is
+never read as belonging to the wrong variant.
+"""
+
+from __future__ import annotations
+
+import itertools
+import posixpath
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import attrs
+
+from context_engine.summarize.outcome import one_line
+
+if TYPE_CHECKING:
+    from context_engine.summarize.ledger import Ledger, Run
+
+__all__ = ["SHORT_KEY_CHARS", "SHORT_LABEL_CHARS", "render_ledger"]
+
+SHORT_LABEL_CHARS = 80
+"""A call's label in its short form, "…" included."""
+SHORT_KEY_CHARS = 120
+"""A failure's key line in its short form, "…" included."""
+
+_CLIPPED_FROM = 96  # a shorter label loses too little to be worth its ambiguity
+_NOTE_ROOM = 16  # "- (+NNN more)" and its line break
+# What may follow a command for another to count as its variant: more words, a pipe.
+# A list operator starts another command ("cd /testbed && x" is no variant of "cd /testbed").
+_NOT_A_VARIANT = ("&&", "||", ";", "& ", "&\n")
+
+
+@attrs.frozen
+class _Item:
+    """One item of a section: a call, or the variants of one command; both of its forms."""
+
+    runs: int  # calls it stands for
+    short: str
+    full: str
+
+
+def _is_variant(rest: str) -> bool:
+    """Whether ``rest``, what a label adds to a shorter one after a blank, keeps the command."""
+    return bool(rest.strip()) and not rest.lstrip().startswith(_NOT_A_VARIANT)
+
+
+def _groups(runs: Sequence[Run]) -> list[list[Run]]:
+    """``runs`` grouped by the shortest label each one extends, groups by their newest run.
+
+    Members keep the order of their own latest run; a group stands where its
+    newest member does.
+    """
+    labels = {run.label for run in runs}
+    root: dict[str, str] = {}
+    for label in sorted(labels, key=len):
+        base = next(
+            (
+                label[:i]
+                for i, char in enumerate(label)
+                if char == " " and label[:i] in labels and _is_variant(label[i:])
+            ),
+            None,
+        )
+        root[label] = root.get(base, base) if base is not None else label
+    grouped: dict[str, list[Run]] = {}
+    for run in runs:
+        grouped.setdefault(root[run.label], []).append(run)
+    position = {run.label: at for at, run in enumerate(runs)}
+    return sorted(grouped.values(), key=lambda members: position[members[-1].label])
+
+
+def _short_widths(labels: Sequence[str], others: Sequence[str]) -> dict[str, int]:
+    """How long each label's short form is: `SHORT_LABEL_CHARS`, or enough to tell it apart.
+
+    A label clipped to a prefix it shares with another call (of the log, or
+    ``others`` shown elsewhere) could be read as naming that one, status and
+    all: the short form keeps two characters past the longest prefix it
+    shares with any other label.
+    """
+    ordered = sorted({*labels, *others})
+    shared = dict.fromkeys(ordered, 0)
+    for a, b in itertools.pairwise(ordered):  # the longest shared prefix is with a neighbour
+        common = len(posixpath.commonprefix([a, b]))
+        shared[a], shared[b] = max(shared[a], common), max(shared[b], common)
+    return {
+        label: max(SHORT_LABEL_CHARS, common + 3) if len(label) > _CLIPPED_FROM else len(label)
+        for label, common in shared.items()
+    }
+
+
+def _item(members: Sequence[Run], quoted: str | None, widths: dict[str, int]) -> _Item:
+    """The item for one group: each member with its status, key lines indented below."""
+
+    def text(short: bool, key_chars: int | None) -> str:
+        # Variants are told apart by their ends: only a call of its own is shortened.
+        clip = short and len(members) == 1
+        heads = [member.head(widths[member.label] if clip else None) for member in members]
+        keys = dict.fromkeys(
+            one_line(member.key_line, key_chars) if key_chars else member.key_line
+            for member in members
+            # The most recent failure's key line is quoted in its own section already.
+            if member.key_line and member.label != quoted
+        )  # variants failing alike say so once
+        return "\n".join([f"- {' → '.join(heads)}", *(f"  - {key}" for key in keys)])
+
+    runs = len(members)
+    return _Item(runs, text(True, SHORT_KEY_CHARS), text(False, None))
+
+
+def _fitted(title: str, items: list[_Item], left: int) -> tuple[str, int]:
+    """One section in ``left`` characters: short forms newest first, then widened; rest counted."""
+    used = len(title) + 4
+    shown: list[str] = []
+    for item in reversed(items):
+        if shown and used + len(item.short) + 1 + _NOTE_ROOM > left:
+            break
+        shown.append(item.short)
+        used += len(item.short) + 1
+    for at, item in enumerate(reversed(items[len(items) - len(shown) :])):
+        wider = len(item.full) - len(item.short)
+        if wider > 0 and used + wider + _NOTE_ROOM <= left:
+            shown[at] = item.full
+            used += wider
+    hidden = sum(item.runs for item in items[: len(items) - len(shown)])
+    lines = [f"## {title}", *reversed(shown)]
+    if hidden:
+        lines.insert(1, f"- (+{hidden} more)")
+    return "\n".join(lines), left - used
+
+
+def render_ledger(ledger: Ledger, max_chars: int, *, others: Sequence[str] = ()) -> str:
+    """``ledger``'s sections in about ``max_chars`` characters ("" when empty).
+
+    The most recent failure is placed first in the budget (and shown last),
+    then the commands, then the other calls, each newest first. ``others``
+    are the labels of calls shown elsewhere in the view (`_short_widths`).
+    """
+    from context_engine.summarize.ledger import COMMANDS, FAILURE, TOOLS
+
+    sections: list[str] = []
+    left = max_chars
+    failure = ""
+    if ledger.failure is not None:
+        failure = f"## {FAILURE}\n- {ledger.failure.item()}"
+        left -= len(failure) + 2
+    quoted = ledger.failure.label if ledger.failure is not None else None
+    for title, command in ((COMMANDS, True), (TOOLS, False)):
+        runs = [run for run in ledger.runs if run.command is command]
+        if not runs:
+            continue
+        groups = _groups(runs) if command else [[run] for run in runs]
+        widths = _short_widths([run.label for run in runs], others)
+        items = [_item(group, quoted, widths) for group in groups]
+        section, left = _fitted(title, items, left)
+        sections.append(section)
+    return "\n\n".join([*sections, failure] if failure else sections)
