@@ -9,7 +9,6 @@ import pytest
 
 from context_engine import ContextSummary, Message, ToolCall
 from context_engine.formats.anthropic import from_anthropic
-from context_engine.formats.strands import from_strands
 from context_engine.strategies import FullSummary
 from context_engine.strategies.base import Budget
 from context_engine.summarize.extractive import ExtractiveSummarizer
@@ -17,6 +16,7 @@ from context_engine.summarize.ledger import LEDGER_KEY, Ledger
 from context_engine.summarize.log import fit_ledger, without_ledger, without_listed_files
 from context_engine.summarize.outcome import Outcome, outcome
 from context_engine.testing import FixedTokenCounter, RecordingSummarizer
+from tests.extras import needs
 
 COUNTER = FixedTokenCounter()
 KEY = "AssertionError: expected 2024-01-01"
@@ -385,6 +385,9 @@ def _anthropic_error() -> Message:
 
 def _strands_error() -> Message:
     """A Strands tool result with status ``error``."""
+    pytest.importorskip("strands", reason=needs("strands"))
+    from context_engine.formats.strands import from_strands
+
     messages = from_strands(
         [
             {
