@@ -50,6 +50,7 @@ __all__ = [
     "patch_paths",
     "python_writes",
     "shell_writes",
+    "split_options",
 ]
 
 DEFAULT_SHELL_TOOLS: frozenset[str] = frozenset(
@@ -127,19 +128,31 @@ def _operands(
     words: Sequence[str | None], with_value: frozenset[str] = frozenset()
 ) -> list[str | None]:
     """The words after the command name that are not options (or option values)."""
+    return split_options(words, with_value)[0]
+
+
+def split_options(
+    words: Sequence[str | None], with_value: frozenset[str] = frozenset()
+) -> tuple[list[str | None], list[str]]:
+    """(the operands after the command name, the options), option values skipped.
+
+    ``with_value`` names the options that take the next word as their value.
+    """
     found: list[str | None] = []
+    options: list[str] = []
     skip = False
-    options = True
+    in_options = True
     for word in words[1:]:
         if skip:
             skip = False
-        elif options and word == "--":
-            options = False
-        elif options and word is not None and word.startswith("-") and word != "-":
+        elif in_options and word == "--":
+            in_options = False
+        elif in_options and word is not None and word.startswith("-") and word != "-":
+            options.append(word)
             skip = word in with_value
         else:
             found.append(word)
-    return found
+    return found, options
 
 
 def _sed(words: Sequence[str | None], state: _State) -> None:

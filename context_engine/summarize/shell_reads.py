@@ -29,6 +29,7 @@ from collections.abc import Sequence
 import regex
 
 from context_engine.summarize._shell_words import simple_commands
+from context_engine.summarize.shell import split_options
 
 __all__ = ["shell_reads"]
 
@@ -50,20 +51,8 @@ _FILE_LIKE = regex.compile(r"[^/]\.[A-Za-z0-9_]{1,10}$")
 
 def _operands(words: Sequence[str | None], valued: frozenset[str]) -> tuple[list[str | None], bool]:
     """(the non-option words after the program, whether an option gave the script or pattern)."""
-    found: list[str | None] = []
-    scripted = skip = False
-    options = True
-    for word in words[1:]:
-        if skip:
-            skip = False
-        elif options and word == "--":
-            options = False
-        elif options and word is not None and word.startswith("-") and word != "-":
-            scripted = scripted or word.split("=", 1)[0] in _SCRIPT_OPTIONS
-            skip = word in valued
-        else:
-            found.append(word)
-    return found, scripted
+    found, options = split_options(words, valued)
+    return found, any(option.split("=", 1)[0] in _SCRIPT_OPTIONS for option in options)
 
 
 def _in_place(words: Sequence[str | None]) -> bool:
