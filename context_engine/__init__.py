@@ -17,6 +17,7 @@ from context_engine.commands import CompactCommand, parse_compact_command
 from context_engine.compact_tool import CompactTool, CompactToolResult
 from context_engine.engine import CompactResult, ContextEngine, Projection, RecoveryResult
 from context_engine.errors import (
+    ArchiveCodecError,
     ArchiveError,
     BlockingCallInEventLoopError,
     CompactionError,
@@ -73,6 +74,7 @@ except PackageNotFoundError:  # running from a source tree that was never instal
 
 __all__ = [
     "Archive",
+    "ArchiveCodecError",
     "ArchiveError",
     "AssemblyTrace",
     "BlockingCallInEventLoopError",

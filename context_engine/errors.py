@@ -14,6 +14,7 @@ The tree:
     ├── SummarizerError (RuntimeError)          a summarizer failed or returned nothing usable
     │   └── SummaryTimeoutError                 a summary outlasted its summary-wide deadline
     └── ArchiveError (RuntimeError)             an archive store failed or holds unreadable data
+        ├── ArchiveCodecError                   the codec refused a message no store keeps as is
         └── RecallError (LookupError)           a reference is not in this session's archive
 
 Every error is a ``ContextEngineError``; where a builtin fits, it is a subclass of
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from context_engine.messages import Message
 
 __all__ = [
+    "ArchiveCodecError",
     "ArchiveError",
     "BlockingCallInEventLoopError",
     "CompactionError",
@@ -122,6 +124,20 @@ class ArchiveError(ContextEngineError, RuntimeError):
     raised as `CompactionError` (``strategy="archive"``) with this error as its
     cause: the rewrite is then not applied, so no view loses what the store
     did not keep.
+    """
+
+
+class ArchiveCodecError(ArchiveError):
+    """The archive codec refused a message: its metadata would not come back as itself.
+
+    Raised by ``encode_messages`` (and so by ``reference_for`` and by every
+    store's ``put``: memory, SQLite and Redis alike) when a message's metadata
+    holds a value JSON cannot represent as itself: a non-str key, a tuple, a
+    set, an arbitrary object. Nothing is stored. Retrying cannot help, unlike a
+    store that is down; during ``project``, ``compact`` and ``recover_overflow``
+    the engine then makes the view fit with rewrites that archive nothing, and
+    commits nothing. A subclass of `ArchiveError`, so ``except ArchiveError``
+    code keeps catching it.
     """
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from context_engine._aio import call_hook
+from context_engine.errors import ArchiveCodecError
 from context_engine.events import RewriteStep, SummaryInfo
 from context_engine.messages import Message
 from context_engine.request_cap import CAP_REACHED
@@ -77,6 +78,8 @@ class Outcome:
     """`run_forced` found no strategy that applied and this one raised."""
     unarchived: str | None = None
     """Why the archive did not take the originals this view removed (nothing to commit)."""
+    codec_refused: str | None = None
+    """The step error of the first strategy the archive codec refused (`ArchiveCodecError`)."""
     reused: bool = False
     """The last view plus new messages: no strategy ran, nothing to commit or report."""
     floor: int | None = None
@@ -131,6 +134,7 @@ class Outcome:
             llm_rewrites=self.llm_rewrites + other.llm_rewrites,
             forced_failed=self.forced_failed or other.forced_failed,
             unarchived=self.unarchived or other.unarchived,
+            codec_refused=self.codec_refused or other.codec_refused,
             floor=other.floor if other.floor is not None else self.floor,
         )
 
@@ -149,6 +153,7 @@ class _Run:
     llm_applied: bool = False
     llm_rewrites: int = 0
     floor: int | None = None
+    codec_refused: str | None = None
 
     def outcome(self) -> Outcome:
         return Outcome(
@@ -163,6 +168,7 @@ class _Run:
             llm_applied=self.llm_applied,
             llm_rewrites=self.llm_rewrites,
             floor=self.floor,
+            codec_refused=self.codec_refused,
         )
 
     def futile(self, call: Call, strategy: Strategy) -> bool:
@@ -212,6 +218,8 @@ class _Run:
         except Exception as exc:
             self.llm_failed = self.llm_failed or strategy.uses_llm
             error = f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, ArchiveCodecError) and self.codec_refused is None:
+                self.codec_refused = error
             self.steps.append(
                 RewriteStep(
                     name=name,

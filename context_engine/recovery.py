@@ -122,7 +122,7 @@ class TruncationFold:
             cut = await self.truncate.apply(
                 transcript, view, attrs.evolve(budget, threshold=max(0, target))
             )
-            dropped = _dropped(cut)
+            dropped = _dropped(cut, view[head.lead : head.start])
             if not cut.applied or not dropped:
                 return cut  # nothing dropped: only the newest user message was trimmed
             if limit < _MIN_CHECKPOINT_TOKENS:
@@ -145,7 +145,7 @@ class TruncationFold:
                 target -= excess
         # The floor leaves no room for a checkpoint: the plain cut, so the view fits.
         cut = await self.truncate.apply(transcript, view, budget)
-        dropped = _dropped(cut)
+        dropped = _dropped(cut, view[head.lead : head.start])
         full = self.writer.checkpoint_limit(budget.threshold)
         if not cut.applied or not dropped or full < _MIN_CHECKPOINT_TOKENS:
             error = "no room left for a checkpoint next to the floor; the dropped range is marked"
@@ -204,7 +204,8 @@ class TruncationFold:
         checkpoint = await self.writer.write_checkpoint(
             history, prefix, previous, budget, removal, limit=limit
         )
-        kept = cut.messages[head.slot + 1 :]  # after the marker the truncation put at ``slot``
+        # After the marker the truncation left (its last resort may have dropped the head).
+        kept = cut.messages[_Head.of(cut.messages).start :]
         others = tuple(r for r in cut.removed if r.kind != "messages")
         return (*view[: head.lead], checkpoint, *kept), (removal, *others), checkpoint
 
@@ -242,9 +243,19 @@ class _Head:
         return tuple(history), tuple(prefix)
 
 
-def _dropped(cut: StrategyResult) -> tuple[Message, ...]:
-    """The messages a truncation dropped, in view order."""
-    return tuple(m for r in cut.removed if r.kind == "messages" for m in r.originals)
+def _dropped(cut: StrategyResult, head: Sequence[Message] = ()) -> tuple[Message, ...]:
+    """The messages a truncation dropped, in view order, but for the ``head`` it replaces.
+
+    The head (checkpoint and marker) is folded in its own right; a truncation
+    drops it only as its very last resort.
+    """
+    return tuple(
+        m
+        for r in cut.removed
+        if r.kind == "messages"
+        for m in r.originals
+        if not any(m is h for h in head)
+    )
 
 
 def _info(

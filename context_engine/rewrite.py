@@ -121,9 +121,9 @@ async def keep(call: Call, outcome: Outcome) -> Outcome:
     settings = call.settings
     if settings.archive is None or settings.session_id is None:
         return outcome
-    # A message the codec refuses (metadata that is not JSON) fails every archiving
-    # strategy; without archiving they can still make the view fit.
-    refused = next((s.error for s in outcome.steps if _codec_refused(s.error)), None)
+    # A message the codec refuses (metadata that is not JSON: `ArchiveCodecError`) fails
+    # every archiving strategy; without archiving they can still make the view fit.
+    refused = outcome.codec_refused
     if refused is not None and outcome.tokens > call.threshold:
         return await run_unarchived(call, settings.strategies, outcome, refused)
     if not outcome.removed:
@@ -139,10 +139,6 @@ async def keep(call: Call, outcome: Outcome) -> Outcome:
         problem,
     )
     return await run_unarchived(call, settings.strategies, outcome, f"ArchiveError: {problem}")
-
-
-def _codec_refused(error: str | None) -> bool:
-    return error is not None and error.startswith("ArchiveError: cannot archive a message")
 
 
 def unbind_reasoning(call: Call, outcome: Outcome) -> Outcome:

@@ -3,7 +3,7 @@
 Every field of `Message`, its blocks, `Usage` and `ContextSummary` is
 written, so ``decode_messages(encode_messages(m)) == m`` for any messages whose
 metadata is JSON (str keys; str, number, bool, None, list and dict values);
-anything else, int keys and tuples included, raises `ArchiveError`.
+anything else, int keys and tuples included, raises `ArchiveCodecError`.
 The encoding is canonical (sorted keys, no spaces), which is what makes a
 reference a pure function of the content.
 """
@@ -15,7 +15,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from context_engine.errors import ArchiveError
+from context_engine.errors import ArchiveCodecError, ArchiveError
 from context_engine.messages import (
     Block,
     ContextSummary,
@@ -146,7 +146,7 @@ def _check_json(value: object, path: str) -> None:
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
-                raise ArchiveError(
+                raise ArchiveCodecError(
                     f"cannot archive a message whose metadata is not JSON: the "
                     f"{type(key).__name__} key {key!r} at {path} would come back as a str "
                     "from some stores; use str keys"
@@ -154,7 +154,7 @@ def _check_json(value: object, path: str) -> None:
             _check_json(item, f"{path}[{key!r}]")
         return
     fix = "use a list" if isinstance(value, tuple) else "keep metadata to JSON values"
-    raise ArchiveError(
+    raise ArchiveCodecError(
         f"cannot archive a message whose metadata is not JSON: a {type(value).__name__} at "
         f"{path} would not come back as itself; {fix}, or run the engine without an archive"
     )
@@ -164,7 +164,7 @@ def encode_messages(messages: Sequence[Message]) -> str:
     """The canonical JSON text of ``messages``.
 
     Raises:
-        ArchiveError: a message's metadata holds a value JSON cannot represent
+        ArchiveCodecError: a message's metadata holds a value JSON cannot represent
             as itself (a non-str key, a tuple, a set, an object).
     """
     for message in messages:
@@ -174,7 +174,7 @@ def encode_messages(messages: Sequence[Message]) -> str:
     try:
         return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     except (TypeError, ValueError) as exc:
-        raise ArchiveError(
+        raise ArchiveCodecError(
             f"cannot archive a message whose metadata is not JSON ({exc}); keep metadata to "
             "str keys and JSON values, or run the engine without an archive"
         ) from exc

@@ -29,7 +29,7 @@ class MemoryArchive:
         """Store ``records``; a reference already stored is kept as is.
 
         Raises:
-            ArchiveError: a message cannot be archived (its metadata is not
+            ArchiveCodecError: a message cannot be archived (its metadata is not
                 JSON); nothing is stored, as in the other stores.
         """
         check_session_id(session_id)

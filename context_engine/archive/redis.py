@@ -38,7 +38,7 @@ from context_engine.archive._redis_health import durability_problems, read_durab
 from context_engine.archive._redis_scripts import FORGET, PUT, REFRESH
 from context_engine.archive.base import ArchiveRecord, check_session_id, expiry_cutoff
 from context_engine.archive.codec import decode_messages, encode_messages
-from context_engine.errors import ArchiveError, ConfigurationError
+from context_engine.errors import ArchiveCodecError, ArchiveError, ConfigurationError
 
 __all__ = ["RedisArchive", "safe_url"]
 
@@ -186,14 +186,16 @@ class RedisArchive:
         return f"{self.prefix}:{session_id}:{part}"
 
     def _fail(self, exc: BaseException) -> ArchiveError:
-        return ArchiveError(f"redis archive {self.where} (prefix {self.prefix!r}): {exc}")
+        # A codec refusal stays one: the server was never asked, and retrying cannot help.
+        kind = ArchiveCodecError if isinstance(exc, ArchiveCodecError) else ArchiveError
+        return kind(f"redis archive {self.where} (prefix {self.prefix!r}): {exc}")
 
     async def put(self, session_id: str, records: Sequence[ArchiveRecord]) -> None:
         """Store ``records`` with one atomic script; a reference already stored is kept as is.
 
         Raises:
-            ArchiveError: a message cannot be encoded (nothing is written) or the
-                server failed.
+            ArchiveCodecError: a message cannot be encoded (nothing is written).
+            ArchiveError: the server failed.
         """
         check_session_id(session_id)
         now = time.time()

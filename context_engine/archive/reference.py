@@ -41,7 +41,7 @@ def reference_for(originals: Sequence[Message]) -> str:
 
     Raises:
         ValueError: ``originals`` is empty.
-        ArchiveError: a message's metadata is not JSON.
+        ArchiveCodecError: a message's metadata is not JSON.
     """
     if not originals:
         raise ValueError("a reference needs at least one original message")

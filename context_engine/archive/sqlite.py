@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 from context_engine._validate import check_number
 from context_engine.archive.base import ArchiveRecord, check_session_id, expiry_cutoff
 from context_engine.archive.codec import decode_messages, encode_messages
-from context_engine.errors import ArchiveError
+from context_engine.errors import ArchiveCodecError, ArchiveError
 
 __all__ = ["SCHEMA_VERSION", "SQLiteArchive"]
 
@@ -208,6 +208,8 @@ class SQLiteArchive:
     def _guard(self, call: Callable[..., T], *args: Any) -> T:
         try:
             return call(*args)
+        except ArchiveCodecError as exc:  # the codec refused a message: still a refusal
+            raise ArchiveCodecError(f"sqlite archive {self.path}: {exc}") from exc
         except ArchiveError as exc:
             raise ArchiveError(f"sqlite archive {self.path}: {exc}") from exc
         except (sqlite3.Error, OSError) as exc:
@@ -227,8 +229,8 @@ class SQLiteArchive:
         """Store ``records`` in one transaction; a reference already stored is kept as is.
 
         Raises:
-            ArchiveError: a message cannot be encoded (nothing is written) or the
-                file refused the write.
+            ArchiveCodecError: a message cannot be encoded (nothing is written).
+            ArchiveError: the file refused the write.
         """
         check_session_id(session_id)
         rows = self._guard(lambda: [(r, encode_messages(r.messages)) for r in records])

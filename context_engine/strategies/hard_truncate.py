@@ -11,9 +11,12 @@ Order of sacrifice, oldest first, until the view fits:
    part of the newest user message's text that does not fit, never cutting it
    below ``max_user_share`` of the threshold.
 
-Never dropped: the leading system/developer block, a leading `ContextSummary`
-checkpoint, the newest user message, the protected tail (the newest tool group
-of the current turn and calls still pending at the end).
+Never dropped: the leading system/developer block, the newest user message,
+the protected tail (the newest tool group of the current turn and calls still
+pending at the end). A leading `ContextSummary` checkpoint is trimmed, and
+dropped (archived and counted like the rest) only at the very end, when its
+framing alone keeps a view of the floor above the threshold; the marker then
+takes its brief form, or none when even that does not fit.
 
 One marker message says how many messages are gone. It is a *user* message
 placed right after the leading block (and the checkpoint, if any): the first
@@ -84,20 +87,30 @@ _MARKER_ROOM = len("\n[0000000000 characters trimmed]\n")
 _SIZING_REFERENCE = "arc-" + "0" * 20
 
 
-def truncation_marker(count: int, references: Sequence[str] = ()) -> Message:
+def truncation_marker(
+    count: int, references: Sequence[str] = (), *, brief: bool = False
+) -> Message:
     """The marker message standing for ``count`` dropped messages.
 
     With ``references`` (the engine keeps an archive), the marker names them
-    so the agent can fetch the dropped messages back.
+    so the agent can fetch the dropped messages back. ``brief`` gives the
+    shortest wording, for a threshold with no room for the full one.
     """
     plural = "message was" if count == 1 else "messages were"
+    if brief:
+        archived = f"; archived as {', '.join(references)}" if references else ""
+        text = f"[{count} older {plural} truncated{archived}.]"
+        metadata: Mapping[str, Any] = {TRUNCATION_KEY: count}
+        if references:
+            metadata = {**metadata, ARCHIVED_KEY: list(references)}
+        return Message("user", text, metadata=metadata)
     if references:
         text = (
             f"[Context truncated: {count} older {plural} removed to fit the context window. "
             f"They are archived as {', '.join(references)}; the recall_context tool returns "
             "them.]"
         )
-        metadata: Mapping[str, Any] = {TRUNCATION_KEY: count, ARCHIVED_KEY: list(references)}
+        metadata = {TRUNCATION_KEY: count, ARCHIVED_KEY: list(references)}
     else:
         text = (
             f"[Context truncated: {count} older {plural} removed to fit the context window; "
@@ -239,7 +252,7 @@ def _truncate(
         if trimmed is not None:
             (messages, replaced), tokens = trimmed
     before = messages, replaced, tokens
-    for last_resort in (_cap_tail, _trim_checkpoint):
+    for last_resort in (_cap_tail, _trim_checkpoint, _drop_checkpoint):
         if tokens <= budget.threshold:
             break
         shortened = last_resort(messages, budget, tokens, transcript)
@@ -303,6 +316,49 @@ def _trim_checkpoint(
     if messages is view:
         return None
     return messages, (removal,), tokens
+
+
+def _drop_checkpoint(
+    view: tuple[Message, ...], budget: Budget, tokens: int, transcript: Sequence[Message]
+) -> tuple[tuple[Message, ...], tuple[Removal, ...], int] | None:
+    """The view without its checkpoint, and with a brief marker or none, when that fits; or None.
+
+    Past every other resort at a tiny threshold, the checkpoint's framing and the
+    marker (30-60 tokens) can be all that keeps a view of the floor from fitting.
+    The checkpoint is then dropped like an old turn (archived, counted and named
+    by the marker); the marker is shortened, and left out only when even its
+    brief form does not fit. In a recovery where no view fits, the smallest is
+    returned all the same (see `_truncate`). Runs only when a user message
+    follows them, so the first message after the leading block stays a user message.
+    """
+    lead_end = analyze(view).lead_end
+    index = lead_end
+    checkpoint = view[index] if index < len(view) and view[index].is_summary else None
+    index += checkpoint is not None
+    marker = view[index] if index < len(view) and is_truncation_marker(view[index]) else None
+    index += marker is not None
+    if (checkpoint is None and marker is None) or index >= len(view):
+        return None
+    if not is_user_message(view[index]):
+        return None
+    prior = int(marker.metadata[TRUNCATION_KEY]) if marker is not None else 0
+    earlier = tuple(marker.metadata.get(ARCHIVED_KEY, ())) if marker is not None else ()
+    removed: tuple[Removal, ...] = ()
+    references = earlier
+    if checkpoint is not None:
+        removal = Removal("messages", (checkpoint,))
+        removed = (removal,)
+        if budget.archiving:
+            references = (*earlier, removal.reference)
+    count = prior + (checkpoint is not None)
+    rest = view[index:]
+    for brief in (truncation_marker(count, references, brief=True), None):
+        messages = (*view[:lead_end], *((brief,) if brief is not None else ()), *rest)
+        measured = budget.measure(messages)
+        if measured <= budget.threshold:
+            return messages, removed, measured
+    # A recovery below every view's size sends the smallest (see `_truncate`).
+    return (messages, removed, measured) if budget.reason == "overflow" else None
 
 
 def _cap_tail(

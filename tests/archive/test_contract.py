@@ -10,7 +10,7 @@ import attrs
 import pytest
 
 from context_engine.archive import ArchiveRecord, encode_messages, reference_for
-from context_engine.errors import ArchiveError, ConfigurationError
+from context_engine.errors import ArchiveCodecError, ArchiveError, ConfigurationError
 from context_engine.messages import ContextSummary, Message, ToolCall
 from tests.archive.conftest import StoreFactory, record, rich_messages, tool_record
 
@@ -125,12 +125,16 @@ async def test_a_put_with_one_unarchivable_message_stores_nothing(
 async def test_metadata_json_would_change_is_refused_by_every_store(
     make_store: StoreFactory, metadata: dict[Any, Any], problem: str
 ) -> None:
-    """Memory once kept int keys and tuples that SQLite and Redis returned as str and list."""
+    """Memory once kept int keys and tuples that SQLite and Redis returned as str and list.
+
+    Every store raises the codec's typed refusal, still an `ArchiveError` for old callers.
+    """
     store = await make_store()
     message = Message("user", "x", metadata=metadata)
     bad = ArchiveRecord(reference="arc-00000000000000000bad", kind="text", messages=(message,))
-    with pytest.raises(ArchiveError, match="metadata is not JSON") as caught:
+    with pytest.raises(ArchiveCodecError, match="metadata is not JSON") as caught:
         await store.put("s", [bad])
+    assert isinstance(caught.value, ArchiveError)
     assert problem in str(caught.value)
     assert await store.records("s") == []
 

@@ -31,7 +31,7 @@ import pytest
 from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 
-from context_engine import ContextEngine, Message, ToolCall
+from context_engine import ContextEngine, ContextSummary, Message, ToolCall
 from context_engine.invariants import check_view
 from context_engine.strategies import FullSummary
 from tests.reliability.support import (
@@ -183,12 +183,60 @@ async def _session(engine: ContextEngine, session: list[Message], cuts: list[int
     _check(engine, given, recovery.messages, "recover_overflow (final)")
 
 
-# From 6,000 tokens: at a 5,000-token window the default reserve leaves a 904-token
-# threshold, where a truncation marker and a checkpoint's framing (30-60 tokens) can
-# keep the last resorts just above a view the witness fits; those corners are open
-# work (see the closing note of 2026-11-25), found again by `make soak`.
-WINDOWS = st.sampled_from((8_000, 16_000, 32_000)) | st.integers(6_000, 64_000)
+# From 4,200 tokens: below about 31,500 the reserve is its 4,096 floor, so these
+# thresholds run from about 100 tokens (where a checkpoint's framing and a truncation
+# marker are all that keep a view of the floor from fitting) to 904 at 5,000.
+WINDOWS = (
+    st.sampled_from((5_000, 8_000, 16_000, 32_000))
+    | st.integers(4_200, 6_000)
+    | st.integers(6_000, 64_000)
+)
 CUTS = st.lists(st.integers(0, 10_000), max_size=3)
+
+
+def _fits_at_the_floor(session: list[Message], operation: str) -> None:
+    """``session`` at the window whose threshold is exactly its witness: the view fits."""
+    floor = _measure(_floor.witness(session, COUNTER), _default(8_000))
+    engine = _default(floor + 4_096)  # the reserve's floor: threshold == witness
+    assert engine.threshold == floor
+    given = tuple(session)
+    if operation == "project":
+        view = asyncio.run(engine.project(given)).messages
+    else:
+        view = asyncio.run(engine.recover_overflow(given, "prompt is too long")).messages
+    assert _check(engine, given, view, operation) <= engine.threshold
+
+
+def test_a_checkpoint_and_marker_give_way_when_only_they_keep_the_floor_from_fitting() -> None:
+    """Shrunk from a 4,283-token window (threshold 187): a caller's checkpoint and the
+    truncation marker (71 tokens) kept a view of the floor 71 tokens above the threshold."""
+    call = ToolCall("call_0", "bash", '{"command": "ls"}')
+    session = [
+        ContextSummary(summary="The user asked for a refactor; tests failed.", tokens_before=1_000),
+        Message.user("Refactor the parser " + "and keep the API stable " * 20),
+        Message.assistant("Looking at the parser first. " * 15),
+        Message.user("Now run the tests " + "x" * 300),
+        Message.assistant("Running them.", tool_calls=[call]),
+        Message.tool(call.id, "ok"),
+    ]
+    _fits_at_the_floor(session, "project")
+    _fits_at_the_floor(session, "recover_overflow")
+
+
+def test_a_recovery_below_every_view_drops_an_empty_checkpoint_not_the_newest_request() -> None:
+    """Shrunk from a 4,358-token window (threshold 262): a checkpoint trimmed to its framing
+    kept the recovery 25 tokens above a view of the floor; folding it must keep the
+    newest user message (a 6,000-token window's recovery once folded it away)."""
+    call = ToolCall("call_1", "grep", '{"pattern": "TODO"}')
+    session = [
+        Message.system("You are a coding agent. " * 10),
+        ContextSummary(summary="\n[51 characters trimmed]\n", tokens_before=398),
+        Message.user("Go on."),
+        Message.assistant(tool_calls=[call]),
+        Message.tool(call.id, "src/a.py:1: # TODO " * 20),
+    ]
+    _fits_at_the_floor(session, "recover_overflow")
+    _fits_at_the_floor(session, "project")
 
 
 @pytest.mark.parametrize("condition", _params())
