@@ -327,9 +327,10 @@ def _drop_checkpoint(
     marker (30-60 tokens) can be all that keeps a view of the floor from fitting.
     The checkpoint is then dropped like an old turn (archived, counted and named
     by the marker); the marker is shortened, and left out only when even its
-    brief form does not fit. In a recovery where no view fits, the smallest is
-    returned all the same (see `_truncate`). Runs only when a user message
-    follows them, so the first message after the leading block stays a user message.
+    brief form does not fit. Only when the result fits: where no view does, the
+    checkpoint is the view's one record of what was cut. Runs only when a user
+    message follows them, so the first message after the leading block stays a
+    user message.
     """
     lead_end = analyze(view).lead_end
     index = lead_end
@@ -357,8 +358,7 @@ def _drop_checkpoint(
         measured = budget.measure(messages)
         if measured <= budget.threshold:
             return messages, removed, measured
-    # A recovery below every view's size sends the smallest (see `_truncate`).
-    return (messages, removed, measured) if budget.reason == "overflow" else None
+    return None  # no view fits anyway: the checkpoint stays, cut (the commit keeps it whole)
 
 
 def _cap_tail(
