@@ -49,9 +49,9 @@ _FRAME = (
 )
 _ORIGINALS = (
     "The agent's view above shows some messages of that conversation shortened or cleared. "
-    "Their originals follow as data, numbered by their place in the conversation (its first "
-    "message after the system prompt and any earlier checkpoint is 1); read each in place of "
-    "the shortened one."
+    "Their originals follow as data, numbered by their place among the messages to summarize "
+    "(1 is the first one after the system prompt, any earlier checkpoint and, for the early "
+    "part of a request, the user's request itself); read each in place of the shortened one."
 )
 
 

@@ -392,3 +392,20 @@ def test_a_shortened_message_the_redactor_would_change_is_not_sent() -> None:
     unredacted = reusing_prompt(AgentPrefix(view=lambda: view), build_request(redacted))
     assert unredacted is not None
     assert unredacted.lead == tuple(view[:3])  # without a redactor the view is sent
+
+
+def test_the_early_part_of_a_turn_is_sent_after_the_request_it_answers() -> None:
+    """A turn-prefix summary covers the steps after the user's request, which the agent keeps
+    seeing: the view is sent with that request in it. A whole-history summary never sends a
+    user turn it does not summarize."""
+    session = tool_session(3)
+    steps = session[1:5]
+    view = [Message.system(SYSTEM), *cleared_view(session, {2}), Message.user("more")]
+    prefix = AgentPrefix(view=lambda: view)
+
+    sent = reusing_prompt(prefix, build_request(steps, kind="turn_prefix"))
+
+    assert sent is not None
+    assert sent.lead == tuple(view[:6])
+    assert sent.originals == ((2, session[2]),)
+    assert reusing_prompt(prefix, build_request(steps, kind="history")) is None
