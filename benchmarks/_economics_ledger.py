@@ -47,17 +47,26 @@ class SummaryRequestCost:
 
     *Apart*: its own prompt (the conversation serialized as data), nothing of
     which the agent's cache holds: plain input. *Reusing the prefix*
-    (`context_engine.summarize.reuse.AgentPrefix`): the agent's own messages
-    with the instruction appended; what they share with the agent's last
-    prompt is read from the cache, the rest of them is written (the request
-    marks a breakpoint on its history) and the instruction is plain input.
+    (`context_engine.summarize.reuse.reusing_prompt`): the agent's last view
+    as sent, up to the end of the history, then the appended message (the
+    instruction and the originals of what the view shows shortened); what
+    the view part shares with the agent's last prompt is read from the cache,
+    the rest of it is written (the request marks a breakpoint on it) and the
+    appended message is plain input. A request whose history the view does
+    not hold is sent apart in both modes (`sent_apart`).
     """
 
     apart_tokens: int
     reusing_tokens: int
     reused_tokens: int
     instruction_tokens: int
+    """The appended message: the instruction and the originals after it."""
     output_tokens: int
+
+    @classmethod
+    def sent_apart(cls, apart_tokens: int, output_tokens: int) -> SummaryRequestCost:
+        """A request the summarizers send apart even when reusing the prefix: plain input."""
+        return cls(apart_tokens, apart_tokens, 0, apart_tokens, output_tokens)
 
     def cost(self, family: str, reuse: bool) -> float:
         """The request in input-token units under ``family``'s prices."""

@@ -290,12 +290,14 @@ regenerates this section, `docs/img/economics.svg` and
   5-minute cache, plain input for OpenAI's), plus every summarizer request:
   its input and its answer (at the output price). Our summary requests are
   priced the two ways a provider summarizer can send them: *reusing the
-  prefix* (`AgentPrefix`: the agent's last prompt up to the summarized
-  history, read from the cache where it matches that prompt and written where
-  it does not, then the instruction as plain input) and *apart* (its own
-  prompt with the conversation serialized, plain input). LangChain's requests
-  are priced as its middleware sends them (plain input, both columns alike).
-  The extractive summarizer's checkpoint stands for a model's answer.
+  prefix* (`reusing_prompt` of an `AgentPrefix`: the agent's last prompt as
+  sent, up to the summarized history, read from the cache, then the
+  instruction and the originals of the messages that prompt shows shortened
+  as plain input; a history that prompt does not hold goes apart) and
+  *apart* (its own prompt with the conversation serialized, plain input).
+  LangChain's requests are priced as its middleware sends them (plain input,
+  both columns alike). The extractive summarizer's checkpoint stands for a
+  model's answer.
 - **Summarizer calls**: calls to the summarizer (ours) or to the fake chat
   model (LangChain). **History replaced**: commits (ours) or applied state
   updates (LangChain). **Tool pairs intact**: transcripts where no prompt had

@@ -67,7 +67,7 @@ from context_engine.formats.openai import from_openai
 from context_engine.invariants import check_view
 from context_engine.summarize.extractive import ExtractiveSummarizer
 from context_engine.summarize.request import SummaryRequest
-from context_engine.summarize.reuse import AgentPrefix, instruction_text, lead_messages
+from context_engine.summarize.reuse import AgentPrefix, reusing_prompt
 from context_engine.tokens import TokenCounter
 
 REPO = Path(__file__).resolve().parents[1]
@@ -109,8 +109,11 @@ def run_no_management(
 class _SummaryMeter:
     """The extractive summarizer, each request priced as a provider summarizer would send it.
 
-    Apart: the request's own prompt. Reusing the prefix: `lead_messages` of an
-    `AgentPrefix` whose view is the agent's last prompt, then the instruction.
+    Apart: the request's own prompt. Reusing the prefix: what `reusing_prompt`
+    gives for an `AgentPrefix` whose view is the agent's last prompt (the
+    function the provider summarizers build their requests with): its lead,
+    then the appended instruction with the originals of what the lead shows
+    shortened; apart when it gives None (the view does not hold the history).
     """
 
     def __init__(self, counter: TokenCounter, last_prompt: Callable[[], Prompt]) -> None:
@@ -122,15 +125,20 @@ class _SummaryMeter:
     def __call__(self, request: SummaryRequest) -> str:
         answer = self.inner(request)
         last = self.last_prompt()
-        lead = lead_messages(AgentPrefix(view=lambda: last), request)
-        instruction = Message.user(instruction_text(request))
+        sent = reusing_prompt(AgentPrefix(view=lambda: last), request)
+        apart = prompt_tokens(request.prompt_messages, self.counter)
+        output = self.counter.count_text(answer)
+        if sent is None:
+            self.requests.append(SummaryRequestCost.sent_apart(apart, output))
+            return answer
+        instruction = Message.user(sent.appended)
         self.requests.append(
             SummaryRequestCost(
-                apart_tokens=prompt_tokens(request.prompt_messages, self.counter),
-                reusing_tokens=prompt_tokens((*lead, instruction), self.counter),
-                reused_tokens=shared_prefix_tokens(last, lead, self.counter),
+                apart_tokens=apart,
+                reusing_tokens=prompt_tokens((*sent.lead, instruction), self.counter),
+                reused_tokens=shared_prefix_tokens(last, sent.lead, self.counter),
                 instruction_tokens=self.counter.count_message(instruction),
-                output_tokens=self.counter.count_text(answer),
+                output_tokens=output,
             )
         )
         return answer

@@ -142,6 +142,16 @@ def test_a_summary_request_reusing_the_prefix_reads_what_the_cache_holds(econ: M
     assert totals.summary_output_tokens == 2_000
 
 
+def test_a_summary_request_the_view_does_not_hold_costs_the_same_both_ways(
+    econ: ModuleType,
+) -> None:
+    """The summarizers send it apart even when reusing the prefix: plain input both ways."""
+    request = econ.ledger.SummaryRequestCost.sent_apart(20_000, 1_000)
+    for family in ("anthropic", "openai"):
+        assert request.cost(family, reuse=True) == pytest.approx(request.cost(family, reuse=False))
+    assert request.cost("anthropic", reuse=True) == pytest.approx(20_000 + 1_000 * 5.0)
+
+
 def test_a_view_that_splits_a_tool_pair_is_counted_once_per_orphan(econ: ModuleType) -> None:
     history = agent_session(2)[:-1]
     assert econ.ledger.broken_pairs(history, history) == 0

@@ -448,6 +448,7 @@ class FullSummary:
             instructions=instructions,
             memo=self._memo,
             deadline=Deadline(self.summary_timeout_seconds),
+            redact=self._redact,
         )
 
     async def _write(

@@ -22,9 +22,9 @@ from context_engine.summarize.retry import (
 )
 from context_engine.summarize.reuse import (
     AgentPrefix,
-    instruction_text,
-    lead_messages,
+    ReusingPrompt,
     record_cache_usage,
+    reusing_prompt,
 )
 from context_engine.telemetry import record_model_usage
 
@@ -63,11 +63,17 @@ class AnthropicSummarizer:
         prefix: Send the agent's own request (system prompt, ``tools`` and
             history, its ``cache_control`` breakpoints kept) with the summary
             instruction appended as a last user message, so the summary's input
-            is read from the agent's prompt cache; use the agent's model. The
-            instruction carries no breakpoint: nothing will reuse this request.
-            When the history carries no breakpoint, one is put on its last
-            block, since the API reads the cache only at breakpoints. None: a
-            separate request with the conversation serialized as data.
+            is read from the agent's prompt cache; use the agent's model. With
+            ``AgentPrefix.view`` the history goes as the agent last sent it
+            (cleared results and trimmed texts included) and the originals of
+            what it shortened follow the instruction. The instruction carries
+            no breakpoint: nothing will reuse this request. When the history
+            carries no breakpoint, one is put on its last block, since the API
+            reads the cache only at breakpoints. A history the view does not
+            hold (a later chunk, a retry with fewer turns) is sent apart, with
+            no breakpoint: no cache holds it, and a write would be read by
+            nothing. None: a separate request with the conversation
+            serialized as data.
 
     Raises:
         ConfigurationError: an argument cannot work.
@@ -126,8 +132,9 @@ class AnthropicSummarizer:
         budget = request.max_tokens
         if self.max_output_tokens is not None:
             budget = min(budget, self.max_output_tokens)
-        if self.prefix is not None:
-            system, messages = _reusing_prompt(self.prefix, request)
+        reusing = reusing_prompt(self.prefix, request) if self.prefix is not None else None
+        if reusing is not None:
+            system, messages = _reusing_body(reusing)
         else:
             system, messages = to_anthropic_prompt(request.prompt_messages)
         arguments: dict[str, Any] = {
@@ -137,7 +144,7 @@ class AnthropicSummarizer:
         }
         if system:
             arguments["system"] = system
-        if self.prefix is not None and self.prefix.tools:
+        if self.prefix is not None and reusing is not None and self.prefix.tools:
             arguments["tools"] = [dict(tool) for tool in self.prefix.tools]
         if self.extra_body:
             arguments["extra_body"] = self.extra_body
@@ -211,16 +218,14 @@ def _count(value: object) -> int:
     return value if isinstance(value, int) else 0
 
 
-def _reusing_prompt(
-    prefix: AgentPrefix, request: SummaryRequest
-) -> tuple[Any, list[dict[str, Any]]]:
+def _reusing_body(prompt: ReusingPrompt) -> tuple[Any, list[dict[str, Any]]]:
     """The agent's system and messages, then the instruction as a last user message."""
-    body = to_anthropic(lead_messages(prefix, request), request=True)
+    body = to_anthropic(prompt.lead, request=True)
     system = body.get("system")
     messages: list[dict[str, Any]] = body["messages"]
     if messages and _breakpoints(body) == 0:
         _mark_last_block(messages[-1])
-    messages.append({"role": "user", "content": instruction_text(request)})
+    messages.append({"role": "user", "content": prompt.appended})
     return system, messages
 
 

@@ -25,9 +25,9 @@ from context_engine.summarize.retry import (
 )
 from context_engine.summarize.reuse import (
     AgentPrefix,
-    instruction_text,
-    lead_messages,
+    ReusingPrompt,
     record_cache_usage,
+    reusing_prompt,
 )
 from context_engine.telemetry import record_model_usage
 
@@ -71,8 +71,13 @@ class OpenAISummarizer:
         prefix: Send the agent's own request (its system prompt, ``tools``,
             history and ``prompt_cache_key``) with the summary instruction
             appended, so the summary's input is read from the agent's prompt
-            cache; use the agent's model. None: a separate request with the
-            conversation serialized as data.
+            cache; use the agent's model. With ``AgentPrefix.view`` the
+            history goes as the agent last sent it (cleared results and
+            trimmed texts included) and the originals of what it shortened
+            follow the instruction; a history the view does not hold (a
+            later chunk, a retry with fewer turns) is sent apart, since no
+            cache holds it. None: a separate request with the conversation
+            serialized as data.
 
     Raises:
         ConfigurationError: an argument cannot work.
@@ -141,12 +146,13 @@ class OpenAISummarizer:
         budget = request.max_tokens
         if self.max_output_tokens is not None:
             budget = min(budget, self.max_output_tokens)
+        reusing = reusing_prompt(self.prefix, request) if self.prefix is not None else None
         arguments: dict[str, Any] = {
             "model": self.model,
-            "messages": self._messages(request),
+            "messages": _messages(request, reusing),
             self.token_parameter: budget,
         }
-        if self.prefix is not None:
+        if self.prefix is not None and reusing is not None:
             if self.prefix.tools:
                 # Sent for the cache only; no tool_choice, which could change the prefix.
                 arguments["tools"] = [dict(tool) for tool in self.prefix.tools]
@@ -157,14 +163,6 @@ class OpenAISummarizer:
         if self.extra_body:
             arguments["extra_body"] = self.extra_body
         return arguments
-
-    def _messages(self, request: SummaryRequest) -> list[dict[str, Any]]:
-        if self.prefix is None:
-            return to_openai(request.prompt_messages, include_reasoning=False, include_usage=False)
-        lead = to_openai(
-            lead_messages(self.prefix, request), include_reasoning=False, include_usage=False
-        )
-        return [*lead, {"role": "user", "content": instruction_text(request)}]
 
     async def _send(self, request: SummaryRequest) -> str:
         arguments = self.arguments(request)
@@ -215,6 +213,14 @@ class OpenAISummarizer:
         raise SummarizerError(
             f"{where} returned an empty answer (finish_reason={reason!r}); {hint}"
         )
+
+
+def _messages(request: SummaryRequest, reusing: ReusingPrompt | None) -> list[dict[str, Any]]:
+    """The agent's messages and the appended instruction, or the request's own prompt."""
+    if reusing is None:
+        return to_openai(request.prompt_messages, include_reasoning=False, include_usage=False)
+    lead = to_openai(reusing.lead, include_reasoning=False, include_usage=False)
+    return [*lead, {"role": "user", "content": reusing.appended}]
 
 
 def _count(value: object) -> int:

@@ -23,7 +23,7 @@ from context_engine.structure import (
     is_user_message,
 )
 
-__all__ = ["restore_originals", "whole_for_commit", "whole_newest_user"]
+__all__ = ["is_shortening_of", "restore_originals", "whole_for_commit", "whole_newest_user"]
 
 _SHORTENED = (CLEARED_KEY, TRIMMED_KEY, CAPPED_KEY, ARCHIVED_KEY)
 # How far past the last matched message a shortened one's original is looked
@@ -44,6 +44,15 @@ def _is_source(candidate: Message, shortened: Message) -> bool:
         and len(candidate.tool_calls) == len(shortened.tool_calls)
         and not candidate.is_summary
     )
+
+
+def is_shortening_of(message: Message, original: Message) -> bool:
+    """Whether ``message`` is a strategy's shortened copy of ``original`` (cleared, trimmed, ...).
+
+    It carries a shortening mark and keeps the original's role, tool call id,
+    name and number of tool calls.
+    """
+    return _shortened(message) and _is_source(original, message)
 
 
 def restore_originals(

@@ -7,7 +7,7 @@ so instructions inside the transcript cannot override the task.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import attrs
 
@@ -119,12 +119,15 @@ def build_request(
     max_tokens: int = 4096,
     prompts: SummaryPrompts = DEFAULT_PROMPTS,
     max_tool_result_chars: int = 2000,
+    redact: Callable[[str], str] | None = None,
 ) -> SummaryRequest:
     """A `SummaryRequest` whose ``prompt_messages`` carry the serialized ``messages``.
 
     ``previous_summary``, when given, travels in a ``<previous-summary>`` block
     and picks the update form of the task. A ``condense`` request carries no
     conversation, only the text to shorten and the budget to shorten it to.
+    ``redact`` is what the caller's redactor did to ``messages`` (kept on the
+    request so a summarizer adds no unredacted text of its own).
     """
     sections = [_task(prompts, kind, updating=previous_summary is not None)]
     if kind == "condense":
@@ -151,6 +154,7 @@ def build_request(
         "max_tokens": max_tokens,
         "prompts": prompts,
         "max_tool_result_chars": max_tool_result_chars,
+        "redact": redact,
     }
 
     def rebuild(fewer: Sequence[Message]) -> SummaryRequest:
@@ -164,6 +168,8 @@ def build_request(
         reason=reason,
         kind=kind,
         max_tokens=max_tokens,
+        max_tool_result_chars=max_tool_result_chars,
+        redact=redact,
         rebuild=rebuild,
     )
 

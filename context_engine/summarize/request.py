@@ -50,6 +50,12 @@ class SummaryRequest:
             share of the window: shorten it to ``max_tokens``, oldest detail
             first; ``messages`` is empty).
         max_tokens: Output budget for the answer.
+        max_tool_result_chars: How long a tool result (or reasoning, or tool
+            call arguments) may be in the serialized conversation before it is
+            clipped to head and tail.
+        redact: What the strategy's redactor does to text, or None when the
+            messages were not redacted (the summarizer must then send no
+            text of its own that the redactor would change).
     """
 
     messages: tuple[Message, ...]
@@ -59,6 +65,8 @@ class SummaryRequest:
     reason: SummaryReason = "reactive_full"
     kind: SummaryKind = "history"
     max_tokens: int = 4096
+    max_tool_result_chars: int = 2000
+    redact: Callable[[str], str] | None = attrs.field(default=None, eq=False, repr=False)
     rebuild: Callable[[Sequence[Message]], SummaryRequest] | None = attrs.field(
         default=None, eq=False, repr=False
     )

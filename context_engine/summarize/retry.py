@@ -261,6 +261,8 @@ def _rebuild(
         instructions=request.instructions,
         reason=request.reason,
         max_tokens=request.max_tokens,
+        max_tool_result_chars=request.max_tool_result_chars,
+        redact=request.redact,
     )
 
 

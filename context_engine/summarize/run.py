@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import attrs
 
@@ -204,6 +204,8 @@ class SummaryCall:
     instructions: str | None
     memo: SummaryMemo = attrs.field(factory=SummaryMemo)
     """Answers kept across attempts (the strategy's own memo)."""
+    redact: Callable[[str], str] | None = None
+    """The strategy's redactor, which the messages went through, or None."""
     deadline: Deadline = attrs.field(factory=lambda: Deadline(None))
     """The summary-wide deadline, shared by every request of this call."""
 
@@ -251,6 +253,7 @@ class SummaryCall:
             max_tokens=max_tokens,
             prompts=self.prompts,
             max_tool_result_chars=self.max_tool_result_chars,
+            redact=self.redact,
         )
 
     async def _ask(self, request: SummaryRequest) -> str:

@@ -24,7 +24,7 @@ __all__ = [
     "serialize_message",
 ]
 
-BLOCK_TAGS = ("conversation", "previous-summary", "instructions")
+BLOCK_TAGS = ("conversation", "previous-summary", "instructions", "originals")
 IMAGE_PLACEHOLDER = "[image omitted]"
 # Whitespace is allowed on both sides of the slash: a model may read ``< /conversation>`` as a tag.
 _TAG = regex.compile(r"<\s*(/?)\s*(" + "|".join(BLOCK_TAGS) + r")\b", regex.IGNORECASE)

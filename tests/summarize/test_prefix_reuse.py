@@ -14,19 +14,22 @@ pytest.importorskip("openai", reason=needs("openai"))
 pytest.importorskip("anthropic", reason=needs("anthropic"))
 
 import anthropic
+import attrs
 import openai
 
 from context_engine import ContextEngine
 from context_engine.errors import ConfigurationError
 from context_engine.formats.anthropic import from_anthropic, to_anthropic
 from context_engine.formats.openai import to_openai
-from context_engine.messages import ContextSummary, Message
+from context_engine.messages import ContextSummary, Message, TextBlock, ToolCall
 from context_engine.strategies import FullSummary
-from context_engine.summarize.anthropic import AnthropicSummarizer
+from context_engine.strategies.microcompact import ToolResultMicrocompact
+from context_engine.structure import TRIMMED_KEY
+from context_engine.summarize.anthropic import AnthropicSummarizer, to_anthropic_prompt
 from context_engine.summarize.openai import OpenAISummarizer
 from context_engine.summarize.prompts import build_request
 from context_engine.summarize.retry import RetryPolicy
-from context_engine.summarize.reuse import AgentPrefix, collect_cache_usage
+from context_engine.summarize.reuse import AgentPrefix, collect_cache_usage, reusing_prompt
 from tests.summarize.provider_server import ProviderServer, Reply, anthropic_ok, openai_ok
 
 pytestmark = pytest.mark.extra("openai", "anthropic")
@@ -243,15 +246,20 @@ def test_a_prefix_of_the_wrong_type_is_refused() -> None:
 async def test_a_retry_with_the_oldest_turns_dropped_does_not_send_them_again(
     server: ProviderServer,
 ) -> None:
-    """The view holds the shorter history after turns it no longer asks for: its own messages go."""
+    """The view holds the shorter history after turns it no longer asks for: no cache holds
+    such a request, so it goes apart, the conversation serialized as data."""
     older = history(4)
     agent_view = [Message.system(SYSTEM), *older]
     fewer = older[2:]
+    prefix = AgentPrefix(system=SYSTEM, tools=OPENAI_TOOLS, cache_key="s", view=lambda: agent_view)
 
-    body = await send_openai(server, AgentPrefix(system=SYSTEM, view=lambda: agent_view), fewer)
+    body = await send_openai(server, prefix, fewer)
 
-    expected = to_openai([Message.system(SYSTEM), *fewer], include_usage=False)
-    assert body["messages"][:-1] == expected
+    request = build_request(fewer, max_tokens=512)
+    assert body["messages"] == to_openai(request.prompt_messages, include_usage=False)
+    assert "question 0" not in str(body["messages"])
+    assert "tools" not in body
+    assert "prompt_cache_key" not in body
 
 
 async def test_openai_cache_usage_of_the_summary_request_is_collected(
@@ -272,3 +280,132 @@ async def test_openai_cache_usage_of_the_summary_request_is_collected(
 
     assert (usage.input_tokens, usage.cache_read_tokens, usage.cache_write_tokens) == (100, 80, 12)
     assert usage.requests == 1
+
+
+def tool_session(steps: int) -> list[Message]:
+    """A coding session: each step a read_file call and its (long) result."""
+    messages = [Message.user("fix the parser")]
+    for i in range(steps):
+        call = ToolCall(id=f"call_{i}", name="read_file", arguments=f'{{"path": "f{i}.py"}}')
+        messages += [
+            Message.assistant(f"reading f{i}.py", tool_calls=[call]),
+            Message.tool(f"call_{i}", f"contents of f{i}.py: line {i}\n" * 5, name="read_file"),
+        ]
+    messages.append(Message.assistant("the bug is in f1.py"))
+    return messages
+
+
+def cleared_view(transcript: list[Message], cleared: set[int]) -> list[Message]:
+    """The view the agent sent: the results at ``cleared`` given microcompact's placeholder."""
+    strategy = ToolResultMicrocompact()
+    calls = {c.id: c for m in transcript for c in m.tool_calls}
+    return [
+        strategy.clear(calls[m.tool_call_id or ""], m) if i in cleared else m
+        for i, m in enumerate(transcript)
+    ]
+
+
+async def test_openai_lead_is_the_agents_last_prompt_with_its_placeholders_and_originals_follow(
+    server: ProviderServer,
+) -> None:
+    """The history sent is the agent's cleared view byte for byte; the summarizer still
+    reads every original, after the instruction."""
+    older = tool_session(3)
+    transcript = [Message.system(SYSTEM), *older]
+    view = [*cleared_view(transcript, {3, 5}), Message.user("now add a test")]
+    agent_prompt = to_openai(view, include_reasoning=False, include_usage=False)
+
+    body = await send_openai(server, AgentPrefix(view=lambda: view), older)
+
+    lead = body["messages"][:-1]
+    assert lead == agent_prompt[: len(transcript)]
+    assert "contents of f0.py" not in str(lead)  # cleared there, as the agent sent it
+    appended = body["messages"][-1]
+    assert appended["role"] == "user"
+    instruction, originals = appended["content"].split("<originals>\n")
+    assert "conversation above" in instruction
+    assert "contents of f2.py" not in appended["content"]  # the lead shows it whole: not twice
+    assert originals.startswith("[message 3]\n[tool result read_file]: contents of f0.py")
+    assert "[message 5]\n[tool result read_file]: contents of f1.py" in originals
+    assert originals.endswith("</originals>")
+
+
+async def test_anthropic_lead_is_the_agents_last_prompt_and_reads_it_at_its_last_block(
+    server: ProviderServer,
+) -> None:
+    older = tool_session(3)
+    transcript = [Message.system(SYSTEM), *older]
+    view = [*cleared_view(transcript, {3}), Message.user("now add a test")]
+    agent_body = to_anthropic(view, request=True)
+
+    body = await send_anthropic(server, AgentPrefix(view=lambda: view), older)
+
+    expected = copy.deepcopy(agent_body["messages"][:-1])
+    assert expected[-1]["content"] == "the bug is in f1.py"
+    expected[-1]["content"] = [
+        {"type": "text", "text": "the bug is in f1.py", "cache_control": {"type": "ephemeral"}}
+    ]
+    assert body["system"] == agent_body["system"]
+    assert body["messages"][:-1] == expected
+    appended = body["messages"][-1]["content"]
+    assert isinstance(appended, str)
+    assert "[message 3]\n[tool result read_file]: contents of f0.py" in appended
+    assert str(body).count("cache_control") == 1
+
+
+async def test_anthropic_marks_no_breakpoint_when_the_view_does_not_hold_the_history(
+    server: ProviderServer,
+) -> None:
+    """A retry with the oldest turns dropped sends messages no cache holds: it goes apart,
+    with no breakpoint, so no write is paid."""
+    older = history(4)
+    view = [Message.system(SYSTEM), *older]
+
+    body = await send_anthropic(
+        server, AgentPrefix(tools=ANTHROPIC_TOOLS, view=lambda: view), older[2:]
+    )
+
+    system, messages = to_anthropic_prompt(build_request(older[2:]).prompt_messages)
+    assert (body["system"], body["messages"]) == (system, messages)
+    assert "cache_control" not in str(body)
+    assert "tools" not in body
+
+
+def test_a_shortened_message_the_redactor_would_change_is_not_sent() -> None:
+    """The history was redacted for the summarizer: a trimmed text still showing a secret
+    in the agent's view makes the request send the redacted history instead."""
+    secret = "token=SECRET-123"
+    original = Message.assistant(f"I set {secret} in the config and ran it " * 3)
+    shown = attrs.evolve(
+        original, content=(TextBlock(f"I set {secret} [...]"),), metadata={TRIMMED_KEY: 1}
+    )
+    view = [Message.system(SYSTEM), Message.user("go"), shown, Message.user("next")]
+
+    def redact(text: str) -> str:
+        return text.replace("SECRET-123", "[REDACTED:token]")
+
+    redacted = [Message.user("go"), Message.assistant(redact(original.text))]
+    request = build_request(redacted, redact=redact)
+    sent = reusing_prompt(AgentPrefix(view=lambda: view), request)
+
+    assert sent is None  # sent apart, from the redacted history
+    unredacted = reusing_prompt(AgentPrefix(view=lambda: view), build_request(redacted))
+    assert unredacted is not None
+    assert unredacted.lead == tuple(view[:3])  # without a redactor the view is sent
+
+
+def test_the_early_part_of_a_turn_is_sent_after_the_request_it_answers() -> None:
+    """A turn-prefix summary covers the steps after the user's request, which the agent keeps
+    seeing: the view is sent with that request in it. A whole-history summary never sends a
+    user turn it does not summarize."""
+    session = tool_session(3)
+    steps = session[1:5]
+    view = [Message.system(SYSTEM), *cleared_view(session, {2}), Message.user("more")]
+    prefix = AgentPrefix(view=lambda: view)
+
+    sent = reusing_prompt(prefix, build_request(steps, kind="turn_prefix"))
+
+    assert sent is not None
+    assert sent.lead == tuple(view[:6])
+    assert sent.originals == ((2, session[2]),)
+    assert reusing_prompt(prefix, build_request(steps, kind="history")) is None
