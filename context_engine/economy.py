@@ -100,8 +100,15 @@ def _clearing(call: Call) -> ToolResultMicrocompact | None:
 
 
 def _trimming(call: Call) -> LightTrim | None:
-    """The pipeline's first light trim, which says what old messages may be trimmed."""
-    return next((s for s in call.settings.strategies if isinstance(s, LightTrim)), None)
+    """The pipeline's first light trim, old assistant messages included, or None.
+
+    Its ``assistant_threshold`` applies whether or not it trims them to fit:
+    here the trimming is made only when it pays (None turns it off here too).
+    """
+    found = next((s for s in call.settings.strategies if isinstance(s, LightTrim)), None)
+    if found is None or found.trim_assistant_to_fit or found.assistant_threshold is None:
+        return found
+    return attrs.evolve(found, trim_assistant_to_fit=True)
 
 
 def _everything(

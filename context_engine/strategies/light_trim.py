@@ -8,10 +8,11 @@ fits. It never removes a message and never shortens what the user wrote: a
 task statement cut in half loses the constraint that happened to sit in its
 middle.
 
-Old assistant messages (outside the protected tail) are shortened further:
+Old assistant messages (outside the protected tail) can be shortened further:
 their prose and the long string values inside their tool-call arguments (the
 contents of a file the agent wrote, a long patch) keep only their head, from
-``assistant_threshold`` characters. The arguments stay valid JSON with the same
+``assistant_threshold`` characters: to fit with ``trim_assistant_to_fit``, and
+whenever that pays in a cost-aware engine (`context_engine.economy`). The arguments stay valid JSON with the same
 keys; only string values that long are cut, never a command line. Once the
 calls have run, the model needs what they did (their results, their short
 arguments), not the text it already wrote.
@@ -38,6 +39,13 @@ from context_engine.structure import TRIMMED_KEY, analyze
 __all__ = ["LightTrim", "trim_arguments", "trim_text"]
 
 logger = logging.getLogger(__name__)
+
+
+def _flag(instance: object, attribute: attrs.Attribute[bool], value: object) -> None:
+    if not isinstance(value, bool):
+        raise ConfigurationError(
+            f"{type(instance).__name__}.{attribute.name} must be True or False, got {value!r}"
+        )
 
 
 def _marker(removed: int) -> str:
@@ -96,7 +104,8 @@ class LightTrim:
 
     Eligible assistant messages before the protected tail (`Shape.tail_start`:
     the newest tool group of the current turn and what follows) are shortened
-    further when ``assistant_threshold`` is set: each text block, and each
+    further with ``trim_assistant_to_fit`` (and by the cost-aware engine when
+    that pays, `context_engine.economy`): each text block, and each
     string value inside a tool call's arguments, longer than that many
     characters keeps its first ``assistant_head`` characters and the marker.
     Arguments are rewritten as JSON with the same keys in the same order
@@ -126,11 +135,17 @@ class LightTrim:
     )
     """In assistant messages before the protected tail, text blocks and string values
     in tool-call arguments longer than this many characters keep only their first
-    ``assistant_head`` characters; None leaves them to ``text_threshold`` (text
-    blocks only, arguments never touched)."""
+    ``assistant_head`` characters, when ``trim_assistant_to_fit`` is True or the
+    cost-aware engine finds that it pays; None never trims them this way (text
+    blocks then go by ``text_threshold`` only, arguments are never touched)."""
     assistant_head: int = attrs.field(default=200, validator=non_negative_int())
     """Characters kept from the start of a text block or argument string that
     ``assistant_threshold`` trims."""
+    trim_assistant_to_fit: bool = attrs.field(default=False, validator=_flag)
+    """Whether fitting the view trims old assistant messages by ``assistant_threshold``
+    too. Off by default: on the dev corpus at 16k it cost the fidelity probes
+    3 points of "last failure" (docs/decisions.md). ``cost_aware=True`` engines
+    trim them whenever that pays, with or without it."""
     name: str = attrs.field(default="light_trim", init=False)
     uses_llm: ClassVar[bool] = False
     """The strategy's name in events, spans and logs."""
@@ -193,7 +208,7 @@ class LightTrim:
 
     def _old_from(self, view: Sequence[Message]) -> int:
         """Where the protected tail starts: assistant messages before it are trimmed further."""
-        if self.assistant_threshold is None:
+        if self.assistant_threshold is None or not self.trim_assistant_to_fit:
             return 0
         shape = analyze(view)
         return min(shape.tail_start, shape.pending_start)

@@ -183,6 +183,7 @@ def test_is_a_strategy_named_light_trim() -> None:
     assert strategy.name == "light_trim"
     assert (strategy.keep_recent, strategy.text_threshold) == (4, 4000)
     assert (strategy.assistant_threshold, strategy.assistant_head) == (400, 200)
+    assert strategy.trim_assistant_to_fit is False
     assert (strategy.preserve_head, strategy.preserve_tail) == (1200, 800)
 
 
@@ -390,6 +391,7 @@ def test_candidates_are_listed_oldest_first() -> None:
         pytest.param({"text_threshold": 4000.5}, "text_threshold", id="float-threshold"),
         pytest.param({"trimming_step": 1.0}, "trimming_step", id="step-of-the-whole-threshold"),
         pytest.param({"trimming_step": -0.1}, "trimming_step", id="negative-step"),
+        pytest.param({"trim_assistant_to_fit": "yes"}, "True or False", id="flag-not-a-bool"),
     ],
 )
 def test_bad_configuration_fails_at_construction(kwargs: dict[str, Any], match: str) -> None:
@@ -410,8 +412,9 @@ def test_tightest_valid_configuration_is_idempotent() -> None:
     [
         LightTrim(),
         LightTrim(keep_recent=0, text_threshold=1000, preserve_head=300, preserve_tail=200),
+        LightTrim(trim_assistant_to_fit=True),
     ],
-    ids=["defaults", "aggressive"],
+    ids=["defaults", "aggressive", "old-assistant-messages"],
 )
 async def test_corpus_views_keep_invariants_and_are_stable(
     corpus_path: Path, counter: FixedTokenCounter, strategy: LightTrim
@@ -422,7 +425,7 @@ async def test_corpus_views_keep_invariants_and_are_stable(
     eligible = range(
         shape.lead_end, min(len(transcript) - strategy.keep_recent, shape.pending_start)
     )
-    old = min(shape.tail_start, shape.pending_start)
+    old = min(shape.tail_start, shape.pending_start) if strategy.trim_assistant_to_fit else 0
     assert strategy.assistant_threshold is not None
     further = strategy.assistant_threshold
 
@@ -492,7 +495,7 @@ async def test_old_assistant_prose_and_argument_strings_keep_their_head(
     counter: FixedTokenCounter,
 ) -> None:
     view = writing_session()
-    result = await run(LightTrim(keep_recent=0), view, counter)
+    result = await run(LightTrim(keep_recent=0, trim_assistant_to_fit=True), view, counter)
     assert trimmed(result.messages) == [2, 4, 6]
     prose, write = result.messages[4].content
     assert_head_kept(PROSE, prose.text)
@@ -514,7 +517,7 @@ async def test_a_message_with_reasoning_keeps_its_thinking_and_its_calls(
 ) -> None:
     """Only its prose is trimmed: the reasoning stays beside the calls it was written with."""
     view = writing_session()
-    result = await run(LightTrim(keep_recent=0), view, counter)
+    result = await run(LightTrim(keep_recent=0, trim_assistant_to_fit=True), view, counter)
     thinking, prose, write = result.messages[2].content
     assert thinking is view[2].content[0]
     assert_head_kept(PROSE, prose.text)
@@ -526,7 +529,7 @@ async def test_never_trims_user_messages_or_the_protected_tail_further(
     counter: FixedTokenCounter,
 ) -> None:
     view = writing_session()
-    result = await run(LightTrim(keep_recent=0), view, counter)
+    result = await run(LightTrim(keep_recent=0, trim_assistant_to_fit=True), view, counter)
     assert analyze(view).tail_start == 9
     for index in (0, 1, 3, 5, 7, 8, 9, 10):
         assert result.messages[index] is view[index]
@@ -535,7 +538,7 @@ async def test_never_trims_user_messages_or_the_protected_tail_further(
 async def test_trimming_old_assistant_messages_again_changes_nothing(
     counter: FixedTokenCounter,
 ) -> None:
-    strategy = LightTrim(keep_recent=0)
+    strategy = LightTrim(keep_recent=0, trim_assistant_to_fit=True)
     view = writing_session()
     first = await run(strategy, view, counter)
     second = await run(strategy, first.messages, counter)
@@ -559,7 +562,13 @@ async def test_a_message_in_the_tail_then_out_of_it_is_trimmed_further(
     counter: FixedTokenCounter,
 ) -> None:
     """The same message object, trimmed while protected and again once older."""
-    strategy = LightTrim(keep_recent=0, text_threshold=2000, preserve_head=600, preserve_tail=400)
+    strategy = LightTrim(
+        keep_recent=0,
+        text_threshold=2000,
+        preserve_head=600,
+        preserve_tail=400,
+        trim_assistant_to_fit=True,
+    )
     view = writing_session()
     first = await run(strategy, view, counter)
     assert first.messages[9].tool_calls == view[9].tool_calls
@@ -595,7 +604,7 @@ async def test_old_arguments_come_back_whole_from_the_archive() -> None:
     view = writing_session()
     engine = ContextEngine(
         12_000,
-        [LightTrim(keep_recent=0), HardTruncate()],
+        [LightTrim(keep_recent=0, trim_assistant_to_fit=True), HardTruncate()],
         token_counter=counter,
         reserve_tokens=1_000,
         archive=MemoryArchive(),
