@@ -106,9 +106,7 @@ def _trimming(call: Call) -> LightTrim | None:
     here the trimming is made only when it pays (None turns it off here too).
     """
     found = next((s for s in call.settings.strategies if isinstance(s, LightTrim)), None)
-    if found is None or found.trim_assistant_to_fit or found.assistant_threshold is None:
-        return found
-    return attrs.evolve(found, trim_assistant_to_fit=True)
+    return None if found is None else found.trimming_assistant()
 
 
 def _everything(

@@ -176,6 +176,23 @@ def test_cost_aware_trims_old_file_contents_in_tool_calls_when_that_pays() -> No
     assert not plain.changed
 
 
+def test_above_the_threshold_a_cost_aware_light_trim_trims_old_assistant_messages_to_fit() -> None:
+    """Default-built `LightTrim`: the cost-aware engine trims old calls before any summary."""
+    strategies = [
+        ToolResultMicrocompact(),
+        LightTrim(),
+        FullSummary(summarizer=ExtractiveSummarizer()),
+        HardTruncate(),
+    ]
+    messages = writing_session(12)
+    plain = engine(strategies, window=12_000, cost_aware=False).project_sync(messages)
+    aware = engine(strategies, window=12_000).project_sync(messages)
+    assert plain.strategy == "full_summary"
+    assert aware.strategy == "light_trim"
+    assert aware.usage.tokens <= aware.usage.threshold
+    assert check_view(messages, aware.messages) == []
+
+
 # -- above the threshold ------------------------------------------------------------------------
 
 

@@ -12,9 +12,10 @@ Old assistant messages (outside the protected tail) can be shortened further:
 their prose and the long string values inside their tool-call arguments (the
 contents of a file the agent wrote, a long patch) keep only their head, from
 ``assistant_threshold`` characters: to fit with ``trim_assistant_to_fit``, and
-whenever that pays in a cost-aware engine (`context_engine.economy`). The arguments stay valid JSON with the same
-keys; only string values that long are cut, never a command line. Once the
-calls have run, the model needs what they did (their results, their short
+in a cost-aware engine both to fit and whenever that pays
+(`context_engine.economy`). The arguments stay valid JSON with the same keys;
+only string values that long are cut, never a command line. Once the calls
+have run, the model needs what they did (their results, their short
 arguments), not the text it already wrote.
 """
 
@@ -145,7 +146,7 @@ class LightTrim:
     """Whether fitting the view trims old assistant messages by ``assistant_threshold``
     too. Off by default: on the dev corpus at 16k it cost the fidelity probes
     3 points of "last failure" (docs/decisions.md). ``cost_aware=True`` engines
-    trim them whenever that pays, with or without it."""
+    run it on (`trimming_assistant`), and also trim them whenever that pays."""
     name: str = attrs.field(default="light_trim", init=False)
     uses_llm: ClassVar[bool] = False
     """The strategy's name in events, spans and logs."""
@@ -201,6 +202,15 @@ class LightTrim:
                 result.tokens_saved,
             )
         return result
+
+    def trimming_assistant(self) -> LightTrim:
+        """This light trim with ``trim_assistant_to_fit`` on: what a cost-aware engine runs.
+
+        Itself when it is on already, or when ``assistant_threshold`` is None.
+        """
+        if self.trim_assistant_to_fit or self.assistant_threshold is None:
+            return self
+        return attrs.evolve(self, trim_assistant_to_fit=True)
 
     def candidates(self, view: Sequence[Message]) -> tuple[int, ...]:
         """Indices of the messages with a block to trim, oldest first."""
