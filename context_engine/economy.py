@@ -7,8 +7,10 @@ making when the tokens it saves on the calls still to come outweigh what it
 adds to this one (`context_engine.cache_cost.rewrite_cost`, which also prices
 the reasoning it drops). With ``cost_aware=True`` every `project` asks the
 pipeline's `ToolResultMicrocompact` what clearing every result it may clear
-would give, prices that against sending the view as planned, and sends the
-cheaper one:
+would give, and the pipeline's `LightTrim` what trimming every old message it
+may trim would give on top of that (old assistant prose and long tool-call
+argument strings, ``LightTrim.assistant_threshold``), prices each against
+sending the view as planned, and sends the cheapest:
 
 * below the threshold, the view as planned is the transcript, or the last
   rewritten view plus the new messages (`Session.extension`); the cleared
@@ -22,6 +24,7 @@ cheaper one:
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import attrs
 
@@ -33,13 +36,16 @@ from context_engine.pipeline import Outcome
 from context_engine.rewrite import extended, unbind_reasoning
 from context_engine.session import Session
 from context_engine.strategies.base import Budget
+from context_engine.strategies.light_trim import LightTrim
 from context_engine.strategies.microcompact import ToolResultMicrocompact
 
 __all__ = ["economize"]
 
 
 def economize(call: Call, session: Session, planned: Outcome | None = None) -> Outcome:
-    """``planned`` with every clearable tool result cleared when that pays, else ``planned``.
+    """``planned`` with old tool results cleared (and old messages trimmed) when that pays.
+
+    The cheaper of the two, priced by `rewrite_cost`; ``planned`` when neither pays.
 
     ``planned`` is the pipeline's outcome of this call; None for a `project`
     that fits, whose plan is the last rewritten view plus the new messages
@@ -49,23 +55,41 @@ def economize(call: Call, session: Session, planned: Outcome | None = None) -> O
     base = planned
     if base is None:
         base = extended(call, session, budget) or call.unchanged()
-    cleared = _cleared(call, base.view, budget.with_tokens(base.tokens))
-    if pricing is None or cleared is None:
+    if pricing is None:
         return base
-    # Only this call's own rewrites join the clearing; a reused view's came before.
-    whole = base.then(cleared) if base.changed and not base.reused else cleared
-    _, cached = session.prefix(call.meter, base.view)
-    _, reused = session.prefix(call.meter, cleared.view)
-    dropped = unbind_reasoning(call, whole).reasoning_dropped
-    already = unbind_reasoning(call, base).reasoning_dropped if not base.reused else 0
-    cost = rewrite_cost(
-        pricing,
-        cached_before=cached,
-        reused_tokens=reused,
-        saved_tokens=base.tokens - cleared.tokens,
-        reasoning_tokens_dropped=max(0, dropped - already),
-    )
-    return whole if cost.worth_it else base
+    best: tuple[float, Outcome] | None = None
+    for shorter in _shortened(call, base.view, budget.with_tokens(base.tokens)):
+        # Only this call's own rewrites join the clearing; a reused view's came before.
+        whole = base.then(shorter) if base.changed and not base.reused else shorter
+        _, cached = session.prefix(call.meter, base.view)
+        _, reused = session.prefix(call.meter, shorter.view)
+        dropped = unbind_reasoning(call, whole).reasoning_dropped
+        already = unbind_reasoning(call, base).reasoning_dropped if not base.reused else 0
+        cost = rewrite_cost(
+            pricing,
+            cached_before=cached,
+            reused_tokens=reused,
+            saved_tokens=base.tokens - shorter.tokens,
+            reasoning_tokens_dropped=max(0, dropped - already),
+        )
+        if cost.worth_it and (best is None or cost.net > best[0]):
+            best = (cost.net, whole)
+    return base if best is None else best[1]
+
+
+def _shortened(call: Call, view: tuple[Message, ...], budget: Budget) -> Iterator[Outcome]:
+    """``view`` with every old tool result cleared, then with old messages trimmed too.
+
+    Each is made only when asked for, and only when it differs from what came before.
+    """
+    cleared = _everything(call, _clearing(call), view, budget)
+    if cleared is not None:
+        yield cleared
+    start = view if cleared is None else cleared.view
+    tokens = budget.tokens if cleared is None else cleared.tokens
+    trimmed = _everything(call, _trimming(call), start, budget.with_tokens(tokens))
+    if trimmed is not None:
+        yield trimmed if cleared is None else cleared.then(trimmed)
 
 
 def _clearing(call: Call) -> ToolResultMicrocompact | None:
@@ -75,14 +99,28 @@ def _clearing(call: Call) -> ToolResultMicrocompact | None:
     )
 
 
-def _cleared(call: Call, view: tuple[Message, ...], budget: Budget) -> Outcome | None:
-    """``view`` with every result the microcompact may clear cleared, or None if none may be."""
-    strategy = _clearing(call)
+def _trimming(call: Call) -> LightTrim | None:
+    """The pipeline's first light trim, old assistant messages included, or None.
+
+    Its ``assistant_threshold`` applies whether or not it trims them to fit:
+    here the trimming is made only when it pays (None turns it off here too).
+    """
+    found = next((s for s in call.settings.strategies if isinstance(s, LightTrim)), None)
+    return None if found is None else found.trimming_assistant()
+
+
+def _everything(
+    call: Call,
+    strategy: ToolResultMicrocompact | LightTrim | None,
+    view: tuple[Message, ...],
+    budget: Budget,
+) -> Outcome | None:
+    """``view`` with everything ``strategy`` may shorten shortened, or None if nothing may be."""
     if strategy is None:
         return None
     started = time.perf_counter()
-    # A threshold of 0 makes the strategy clear every result it may: the cache breaks
-    # at the first cleared result however many follow it.
+    # A threshold of 0 makes the strategy shorten everything it may: the cache breaks
+    # at the first shortened message however many follow it.
     result = strategy.rewrite(view, attrs.evolve(budget, threshold=0))
     if not result.applied:
         return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import attrs
@@ -12,8 +13,8 @@ from context_engine.errors import ConfigurationError
 from context_engine.invariants import check_view
 from context_engine.messages import TextBlock, ThinkingBlock, ToolCall
 from context_engine.pricing import CACHE_PRICING
-from context_engine.strategies import FullSummary, HardTruncate, ToolResultMicrocompact
-from context_engine.structure import CLEARED_KEY
+from context_engine.strategies import FullSummary, HardTruncate, LightTrim, ToolResultMicrocompact
+from context_engine.structure import CLEARED_KEY, TRIMMED_KEY
 from context_engine.summarize.extractive import ExtractiveSummarizer
 from context_engine.testing import FixedTokenCounter, synthetic_session
 
@@ -133,6 +134,63 @@ def test_a_rewrite_that_saves_little_but_drops_much_reasoning_is_not_made(
         assert result.event is not None
         assert result.event.cost is not None
         assert result.event.cost.reasoning_tokens_dropped == 0
+
+
+def writing_session(steps: int) -> list[Message]:
+    """Each step writes a whole file (about 1,500 tokens of arguments); results are short."""
+    messages = [Message.system("You fix bugs."), Message.user("Write the modules.")]
+    for n in range(steps):
+        content = f"def f{n}():\n    return {n}\n" * 250
+        arguments = json.dumps({"path": f"src/m{n}.py", "content": content})
+        messages += [
+            Message.assistant(f"writing m{n}", tool_calls=[ToolCall(f"w{n}", "write", arguments)]),
+            Message.tool(f"w{n}", "ok"),
+        ]
+    return messages
+
+
+def test_cost_aware_trims_old_file_contents_in_tool_calls_when_that_pays() -> None:
+    """Nothing to clear (the results are short): the old calls' file contents go, view-only."""
+    agent = engine([ToolResultMicrocompact(), LightTrim()])
+    messages = writing_session(8)
+    result = agent.project_sync(messages)
+    assert result.changed
+    assert result.event is not None
+    assert result.event.strategy == "light_trim"
+    assert result.event.cost is not None
+    assert result.event.cost.worth_it
+    assert result.commit is None
+    assert check_view(messages, result.messages) == []
+    shortened = [m for m in result.messages if TRIMMED_KEY in m.metadata]
+    assert shortened
+    for message in shortened:
+        (call,) = message.tool_calls
+        arguments = json.loads(call.arguments)
+        assert list(arguments) == ["path", "content"]
+        assert arguments["path"].startswith("src/m")
+        assert "characters trimmed]" in arguments["content"]
+    # The newest step (the protected tail) keeps its file whole.
+    assert result.messages[-2] is messages[-2]
+    # Without a LightTrim in the pipeline, nothing may be shortened: the view is the transcript.
+    plain = engine([ToolResultMicrocompact()]).project_sync(messages)
+    assert not plain.changed
+
+
+def test_above_the_threshold_a_cost_aware_light_trim_trims_old_assistant_messages_to_fit() -> None:
+    """Default-built `LightTrim`: the cost-aware engine trims old calls before any summary."""
+    strategies = [
+        ToolResultMicrocompact(),
+        LightTrim(),
+        FullSummary(summarizer=ExtractiveSummarizer()),
+        HardTruncate(),
+    ]
+    messages = writing_session(12)
+    plain = engine(strategies, window=12_000, cost_aware=False).project_sync(messages)
+    aware = engine(strategies, window=12_000).project_sync(messages)
+    assert plain.strategy == "full_summary"
+    assert aware.strategy == "light_trim"
+    assert aware.usage.tokens <= aware.usage.threshold
+    assert check_view(messages, aware.messages) == []
 
 
 # -- above the threshold ------------------------------------------------------------------------

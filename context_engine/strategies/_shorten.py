@@ -142,6 +142,7 @@ def replace_oldest_first(
     kind: RecordKind,
     *,
     memo: Hashable | None = None,
+    variant: Callable[[int], Hashable] | None = None,
 ) -> StrategyResult:
     """Swap messages for shorter versions, in the order given, until ``goal`` tokens are saved.
 
@@ -155,7 +156,10 @@ def replace_oldest_first(
     With ``memo`` (a key naming everything ``make`` depends on besides the
     original: the strategy and its settings), each replacement is computed
     once per original message and kept on it, so the next call that shortens
-    the same message reuses the very same shorter object.
+    the same message reuses the very same shorter object. ``variant(index)``
+    names what else ``make`` depends on at that place of the view (light trim:
+    whether the message is outside the protected tail), so one message
+    shortened two ways keeps both.
     """
     count = budget.counter.count_message
     key = None if memo is None else (_STEP, memo, kind, _notes(budget), budget.counter.key)
@@ -169,7 +173,8 @@ def replace_oldest_first(
         if key is None:
             step = _shorten(original, make, kind, budget, count)
         else:
-            step = memoized(original, key, _shorten, make, kind, budget, count)
+            at = key if variant is None else (*key, variant(index))
+            step = memoized(original, at, _shorten, make, kind, budget, count)
         if step.saved <= 0:
             continue
         messages[index] = step.shorter

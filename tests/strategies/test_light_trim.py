@@ -14,13 +14,15 @@ import regex
 from hypothesis import given
 from hypothesis import strategies as st
 
-from context_engine import ContextSummary, Message, ToolCall
+from context_engine import ContextEngine, ContextSummary, Message, ToolCall
+from context_engine.archive import MemoryArchive, find_references
 from context_engine.errors import ConfigurationError
 from context_engine.formats.openai import from_openai
 from context_engine.invariants import check_view
 from context_engine.messages import TextBlock, ThinkingBlock
+from context_engine.strategies import HardTruncate
 from context_engine.strategies.base import Budget, Strategy, StrategyResult
-from context_engine.strategies.light_trim import LightTrim, trim_text
+from context_engine.strategies.light_trim import LightTrim, trim_arguments, trim_text
 from context_engine.structure import TRIMMED_KEY, analyze
 from context_engine.testing import FixedTokenCounter
 from tests.conftest import load_corpus_dicts
@@ -77,13 +79,41 @@ async def run(
     assert result.applied == bool(changed)
     for old, new in zip(view, result.messages, strict=True):
         assert (old.role, old.tool_call_id, old.name) == (new.role, new.tool_call_id, new.name)
-        assert old.tool_calls == new.tool_calls
         for old_block, new_block in zip(old.content, new.content, strict=True):
-            if old_block != new_block:
-                assert isinstance(old_block, TextBlock)
-                assert isinstance(new_block, TextBlock)
-                assert_marker_honest(old_block.text, new_block.text)
+            if old_block == new_block:
+                continue
+            if isinstance(old_block, ToolCall):
+                assert isinstance(new_block, ToolCall)
+                assert_arguments_trimmed(old_block, new_block)
+                continue
+            assert isinstance(old_block, TextBlock)
+            assert isinstance(new_block, TextBlock)
+            assert_marker_honest(old_block.text, new_block.text)
     return result
+
+
+def assert_arguments_trimmed(old: ToolCall, new: ToolCall) -> None:
+    """Same id and name; the arguments parse to the same keys, long strings cut with a marker."""
+    assert (old.id, old.name) == (new.id, new.name)
+    assert_same_shape(json.loads(old.arguments), json.loads(new.arguments))
+
+
+def assert_same_shape(old: object, new: object) -> None:
+    if isinstance(old, dict):
+        assert isinstance(new, dict)
+        assert list(old) == list(new)
+        for key in old:
+            assert_same_shape(old[key], new[key])
+    elif isinstance(old, list):
+        assert isinstance(new, list)
+        assert len(old) == len(new)
+        for a, b in zip(old, new, strict=True):
+            assert_same_shape(a, b)
+    elif isinstance(old, str) and old != new:
+        assert isinstance(new, str)
+        assert_marker_honest(old, new)
+    else:
+        assert old == new
 
 
 @pytest.mark.parametrize(
@@ -152,6 +182,8 @@ def test_is_a_strategy_named_light_trim() -> None:
     assert isinstance(strategy, Strategy)
     assert strategy.name == "light_trim"
     assert (strategy.keep_recent, strategy.text_threshold) == (4, 4000)
+    assert (strategy.assistant_threshold, strategy.assistant_head) == (400, 200)
+    assert strategy.trim_assistant_to_fit is False
     assert (strategy.preserve_head, strategy.preserve_tail) == (1200, 800)
 
 
@@ -173,8 +205,9 @@ def mixed_view() -> list[Message]:
 async def test_trims_older_text_and_results_but_not_the_protected_ones(
     counter: FixedTokenCounter,
 ) -> None:
+    """By ``text_threshold`` alone (old assistant messages further: see below)."""
     view = mixed_view()
-    result = await run(LightTrim(keep_recent=2, **SMALL), view, counter)
+    result = await run(LightTrim(keep_recent=2, assistant_threshold=None, **SMALL), view, counter)
     assert trimmed(result.messages) == [2, 3, 6]
     assert result.messages[2].tool_calls == view[2].tool_calls
     assert json.loads(result.messages[2].tool_calls[0].arguments)["content"] == LONG
@@ -358,6 +391,7 @@ def test_candidates_are_listed_oldest_first() -> None:
         pytest.param({"text_threshold": 4000.5}, "text_threshold", id="float-threshold"),
         pytest.param({"trimming_step": 1.0}, "trimming_step", id="step-of-the-whole-threshold"),
         pytest.param({"trimming_step": -0.1}, "trimming_step", id="negative-step"),
+        pytest.param({"trim_assistant_to_fit": "yes"}, "True or False", id="flag-not-a-bool"),
     ],
 )
 def test_bad_configuration_fails_at_construction(kwargs: dict[str, Any], match: str) -> None:
@@ -378,8 +412,9 @@ def test_tightest_valid_configuration_is_idempotent() -> None:
     [
         LightTrim(),
         LightTrim(keep_recent=0, text_threshold=1000, preserve_head=300, preserve_tail=200),
+        LightTrim(trim_assistant_to_fit=True),
     ],
-    ids=["defaults", "aggressive"],
+    ids=["defaults", "aggressive", "old-assistant-messages"],
 )
 async def test_corpus_views_keep_invariants_and_are_stable(
     corpus_path: Path, counter: FixedTokenCounter, strategy: LightTrim
@@ -390,14 +425,205 @@ async def test_corpus_views_keep_invariants_and_are_stable(
     eligible = range(
         shape.lead_end, min(len(transcript) - strategy.keep_recent, shape.pending_start)
     )
+    old = min(shape.tail_start, shape.pending_start) if strategy.trim_assistant_to_fit else 0
+    assert strategy.assistant_threshold is not None
+    further = strategy.assistant_threshold
+
+    def too_long(index: int, block: object) -> bool:
+        if index < old and transcript[index].role == "assistant":
+            if isinstance(block, ToolCall):
+                return trim_arguments(block.arguments, limit=further, head=0) != block.arguments
+            limit = min(further, strategy.text_threshold)
+        else:
+            limit = strategy.text_threshold
+        return isinstance(block, TextBlock) and len(block.text) > limit
+
     long_blocks = sum(
         1
         for i in eligible
         if transcript[i].role != "user"
         for b in transcript[i].content
-        if isinstance(b, TextBlock) and len(b.text) > strategy.text_threshold
+        if too_long(i, b)
     )
     assert sum(m.metadata.get(TRIMMED_KEY, 0) for m in first.messages) == long_blocks
     second = await run(strategy, first.messages, counter, threshold=0)
     assert not second.applied
     assert second.messages == first.messages
+
+
+# -- old assistant messages: prose and long tool-call argument strings ---------------------------
+
+FILE = "def f():\n    return 1\n" * 200  # about 4,600 characters of file contents
+PROSE = "I will now look at the parser and explain my plan in detail. " * 40
+
+
+def writing_session() -> list[Message]:
+    """Three finished steps (two wrote whole files), then a step of the current turn."""
+    write = json.dumps({"path": "src/a.py", "content": FILE, "mode": 420, "lines": [FILE, "x"]})
+    return [
+        Message.system("You fix bugs."),
+        Message.user("Fix the parser. " + "context " * 300),
+        Message(
+            "assistant",
+            (
+                ThinkingBlock(PROSE, signature="sig"),
+                TextBlock(PROSE),
+                ToolCall("w0", "write", write),
+            ),
+        ),
+        Message.tool("w0", "ok", name="write"),
+        Message.assistant(PROSE, tool_calls=[ToolCall("w1", "write", write)]),
+        Message.tool("w1", "ok", name="write"),
+        Message.assistant(PROSE, tool_calls=[ToolCall("b1", "bash", '{"command": "pytest -q"}')]),
+        Message.tool("b1", "1 passed", name="bash"),
+        Message.user("Now the docs. " + PROSE),
+        Message.assistant(PROSE, tool_calls=[ToolCall("w2", "write", write)]),  # the tail
+        Message.tool("w2", "ok", name="write"),
+    ]
+
+
+def assert_head_kept(original: str, trimmed_text: str) -> None:
+    """Cut by the defaults' ``assistant_threshold``: the head and the marker, nothing else."""
+    defaults = LightTrim()
+    assert defaults.assistant_threshold is not None
+    assert trimmed_text.startswith(original[: defaults.assistant_head])
+    assert len(trimmed_text) <= defaults.assistant_threshold
+    assert_marker_honest(original, trimmed_text)
+
+
+async def test_old_assistant_prose_and_argument_strings_keep_their_head(
+    counter: FixedTokenCounter,
+) -> None:
+    view = writing_session()
+    result = await run(LightTrim(keep_recent=0, trim_assistant_to_fit=True), view, counter)
+    assert trimmed(result.messages) == [2, 4, 6]
+    prose, write = result.messages[4].content
+    assert_head_kept(PROSE, prose.text)
+    assert isinstance(write, ToolCall)
+    assert (write.id, write.name) == ("w1", "write")
+    arguments = json.loads(write.arguments)
+    assert list(arguments) == ["path", "content", "mode", "lines"]
+    assert arguments["path"] == "src/a.py"
+    assert arguments["mode"] == 420
+    assert_head_kept(FILE, arguments["content"])
+    assert arguments["lines"] == [arguments["content"], "x"]
+    assert result.messages[4].metadata[TRIMMED_KEY] == 2  # the prose and the call
+    # A short command line is kept as written.
+    assert result.messages[6].tool_calls == view[6].tool_calls
+
+
+async def test_a_message_with_reasoning_keeps_its_thinking_and_its_calls(
+    counter: FixedTokenCounter,
+) -> None:
+    """Only its prose is trimmed: the reasoning stays beside the calls it was written with."""
+    view = writing_session()
+    result = await run(LightTrim(keep_recent=0, trim_assistant_to_fit=True), view, counter)
+    thinking, prose, write = result.messages[2].content
+    assert thinking is view[2].content[0]
+    assert_head_kept(PROSE, prose.text)
+    assert write is view[2].content[2]
+    assert result.messages[2].metadata[TRIMMED_KEY] == 1
+
+
+async def test_never_trims_user_messages_or_the_protected_tail_further(
+    counter: FixedTokenCounter,
+) -> None:
+    view = writing_session()
+    result = await run(LightTrim(keep_recent=0, trim_assistant_to_fit=True), view, counter)
+    assert analyze(view).tail_start == 9
+    for index in (0, 1, 3, 5, 7, 8, 9, 10):
+        assert result.messages[index] is view[index]
+
+
+async def test_trimming_old_assistant_messages_again_changes_nothing(
+    counter: FixedTokenCounter,
+) -> None:
+    strategy = LightTrim(keep_recent=0, trim_assistant_to_fit=True)
+    view = writing_session()
+    first = await run(strategy, view, counter)
+    second = await run(strategy, first.messages, counter)
+    assert not second.applied
+    assert all(a is b for a, b in zip(first.messages, second.messages, strict=True))
+    # The same transcript gives the same objects on the next call: the prompt prefix holds.
+    again = await run(strategy, view, counter)
+    assert all(a is b for a, b in zip(first.messages, again.messages, strict=True))
+
+
+async def test_assistant_threshold_none_leaves_prose_and_arguments_alone(
+    counter: FixedTokenCounter,
+) -> None:
+    result = await run(
+        LightTrim(keep_recent=0, assistant_threshold=None), writing_session(), counter
+    )
+    assert not result.applied  # no text block over text_threshold, arguments never touched
+
+
+async def test_a_message_in_the_tail_then_out_of_it_is_trimmed_further(
+    counter: FixedTokenCounter,
+) -> None:
+    """The same message object, trimmed while protected and again once older."""
+    strategy = LightTrim(
+        keep_recent=0,
+        text_threshold=2000,
+        preserve_head=600,
+        preserve_tail=400,
+        trim_assistant_to_fit=True,
+    )
+    view = writing_session()
+    first = await run(strategy, view, counter)
+    assert first.messages[9].tool_calls == view[9].tool_calls
+    assert TRIMMED_KEY in first.messages[9].metadata  # its prose, by text_threshold
+    grown = [*view, Message.user("And the changelog."), Message.assistant("Done.")]
+    second = await run(strategy, grown, counter)
+    content = json.loads(second.messages[9].tool_calls[0].arguments)["content"]
+    assert_head_kept(FILE, content)
+    assert_head_kept(PROSE, second.messages[9].content[0].text)
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    ['{"command": "ls -la"}', "not json " + "x" * 2000, '["' + "y" * 900 + '"]', "{}"],
+    ids=["short", "not-json", "under-the-limit", "empty"],
+)
+def test_trim_arguments_keeps_what_it_may_not_cut(arguments: str) -> None:
+    assert trim_arguments(arguments, limit=1000, head=400) is arguments
+
+
+def test_trim_arguments_gives_json_with_the_same_keys() -> None:
+    value = {"a": {"b": ["z" * 5000, 1, None, True]}, "c": "é" * 3000}
+    out = json.loads(trim_arguments(json.dumps(value), limit=1000, head=10))
+    assert list(out) == ["a", "c"]
+    assert out["a"]["b"][1:] == [1, None, True]
+    assert_marker_honest("z" * 5000, out["a"]["b"][0])
+    assert_marker_honest("é" * 3000, out["c"])
+
+
+async def test_old_arguments_come_back_whole_from_the_archive() -> None:
+    """Through the engine: the trimmed call names its original, and recall returns it."""
+    counter = FixedTokenCounter()
+    view = writing_session()
+    engine = ContextEngine(
+        12_000,
+        [LightTrim(keep_recent=0, trim_assistant_to_fit=True), HardTruncate()],
+        token_counter=counter,
+        reserve_tokens=1_000,
+        archive=MemoryArchive(),
+        session_id="s1",
+    )
+    assert engine.estimate(view).tokens > engine.threshold
+    projection = await engine.project(view)
+    assert projection.usage.tokens <= engine.threshold
+    assert projection.event is not None
+    assert [s.name for s in projection.event.steps if s.applied] == ["light_trim"]
+    assert check_view(view, projection.messages) == []
+    shortened = projection.messages[4]
+    assert TRIMMED_KEY in shortened.metadata
+    (reference,) = find_references(shortened.text)
+    (original,) = await engine.recall(reference)
+    assert original == view[4]
+    assert original.tool_calls[0].arguments == view[4].tool_calls[0].arguments
+
+
+def test_assistant_head_must_fit_under_the_assistant_threshold() -> None:
+    with pytest.raises(ConfigurationError, match="assistant_head"):
+        LightTrim(assistant_threshold=300, assistant_head=290)
