@@ -287,3 +287,21 @@ def test_the_section_survives_the_regeneration_of_benchmarks_md(tmp_path: Path) 
     kept = steady.keep_marked_sections("# Benchmarks\n\nnew tables\n", previous)
     assert "new tables" in kept
     assert "<!-- fidelity:start -->\n## Fidelity\n\nx" in kept
+
+
+def test_the_bound_credits_what_the_witness_shows_and_fits_the_rest_densest_first() -> None:
+    """`fidelity_bound`: a wide room holds every step; a tight one the cheapest only."""
+    bound = _module("fidelity_bound")
+    counter = resolve_counter()
+    found = truth.truth_of(SESSION)
+    roomy = bound.point_bound(SESSION, found, 100_000, 0, counter)
+    assert roomy is not None and roomy.recall == 1.0
+    assert roomy.by_witness + roomy.fit == roomy.steps
+    tight = bound.point_bound(SESSION, found, roomy.room - 100_000 + 1, 0, counter)
+    assert tight is not None and tight.fit == 0
+    assert tight.recall == tight.by_witness / tight.steps < 1.0
+    credited = [False] * tight.steps
+    lines = bound.dense_lines(found, credited)
+    assert len(lines) == tight.steps
+    steps = len(found.last_status())
+    assert all(line.endswith((" ✓", " ✗")) for line in lines[:steps])  # with its status

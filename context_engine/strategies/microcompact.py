@@ -35,6 +35,7 @@ from context_engine.strategies._placeholder import describe, outcome
 from context_engine.strategies._shorten import derived_copy, replace_oldest_first, step_share
 from context_engine.strategies.base import Budget, StrategyResult
 from context_engine.structure import CLEARED_KEY, analyze
+from context_engine.summarize.outcome import ENDED_KEY
 from context_engine.tokens import TokenCounter
 
 __all__ = ["DEFAULT_PLACEHOLDER", "FAILURE_GRACE", "ToolResultMicrocompact"]
@@ -340,6 +341,8 @@ def _failures_last(
 
 
 def _cleared(result: Message, text: str) -> Message:
-    return attrs.evolve(
-        result, content=(TextBlock(text),), metadata={**result.metadata, CLEARED_KEY: True}
-    )
+    # The placeholder keeps how its original ended: a checkpoint written from a
+    # transcript that kept it must not read "exit status 0, error" as ok.
+    ended = outcome(result).as_metadata()
+    metadata = {**result.metadata, CLEARED_KEY: True, ENDED_KEY: ended}
+    return attrs.evolve(result, content=(TextBlock(text),), metadata=metadata)

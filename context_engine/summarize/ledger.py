@@ -56,6 +56,8 @@ LEDGER_TITLES: tuple[str, ...] = (COMMANDS, TOOLS, FAILURE)
 _LABEL_CHARS = 160
 _CONTINUED = ("(", "[", "{", ",", "\\")
 _ARGUMENT_CHARS = 120
+_NAMING_CHARS = 30  # a typed command line shorter than this names no step yet
+_WORD_SLACK = 40  # characters a short form may run on to end its last word
 _FAILURE_LINES = 6
 _FAILURE_CHARS = 600
 _FAILURE_LINE_CHARS = 400
@@ -70,19 +72,40 @@ def _code(label: str) -> str:
     return f"`` {label} ``" if "`" in label else f"`{label}`"
 
 
-def _opening(text: str) -> str:
+def _quote_left_open(text: str) -> bool:
+    """Whether ``text`` ends inside a shell quote (``python -c "`` and its script below)."""
+    quote = ""
+    escaped = False
+    for char in text:
+        if escaped:
+            escaped = False
+        elif char == "\\" and quote != "'":
+            escaped = True
+        elif quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+    return bool(quote)
+
+
+def _opening(text: str, least: int = 0) -> str:
     """A command's first line, and the next ones while it is left open.
 
     A code cell often opens with a bare ``edit_file_by_replace(``, which names
     nothing yet: lines ending in an opening bracket, a comma or a backslash
-    continue on the next. A shell command's first line is otherwise the
-    command (a heredoc after it is data).
+    continue on the next, and so do lines inside a quote the first one opened
+    (``python -c "`` with its script below: scripts differ in their lines, and
+    two of them must not share one label, runs and status). A shell command's
+    first line is otherwise the command (a heredoc after it is data). Lines
+    continue too until the label has ``least`` characters (an editor's bare
+    ``edit 287:295`` is named by the first line of its new text).
     """
     lines = [line for line in text.strip().splitlines() if line.strip()]
     shown = ""
     for count, line in enumerate(lines, 1):
         shown = " ".join(f"{shown} {line}".split())
-        if not shown.endswith(_CONTINUED) or len(shown) >= _LABEL_CHARS:
+        open_ = shown.endswith(_CONTINUED) or _quote_left_open(shown) or len(shown) < least
+        if not open_ or len(shown) >= _LABEL_CHARS:
             return shown + (" …" if count < len(lines) else "")
     return shown
 
@@ -98,10 +121,37 @@ def call_label(call: ToolCall, shell_tools: frozenset[str] = DEFAULT_SHELL_TOOLS
         text = command_text(call.arguments if arguments is None else arguments)
         if text is not None and text.strip():
             return one_line(_opening(text), _LABEL_CHARS)
+    line = _typed_line(call, arguments)
+    if line is not None:
+        return one_line(_opening(line, _NAMING_CHARS), _LABEL_CHARS)
+    return f"{call.name}({one_line(call.arguments, _ARGUMENT_CHARS)})"
+
+
+def _clip_words(label: str, chars: int) -> str:
+    """``label`` cut after the word that reaches ``chars`` characters, and "…".
+
+    A cut inside a word (``pytest tests/t…``) reads as the start of any later
+    command that shares those letters; a whole last word (``tests/test_a.py…``)
+    does not. A word that would add more than `_WORD_SLACK` characters is cut.
+    """
+    flat = " ".join(label.split())
+    if len(flat) <= chars:
+        return flat
+    end = flat.find(" ", chars - 1)
+    end = len(flat) if end < 0 else end
+    if end >= len(flat) and len(flat) <= chars + _WORD_SLACK:
+        return flat
+    if end - chars + 1 > _WORD_SLACK:
+        return one_line(flat, chars)
+    return flat[:end].rstrip() + "…"
+
+
+def _typed_line(call: ToolCall, arguments: Mapping[str, object] | None) -> str | None:
+    """The command line of a tool that takes its own (``{"command": "open x.py 20"}``)."""
     line = arguments.get("command") if arguments is not None and len(arguments) == 1 else None
     if isinstance(line, str) and line.split(None, 1)[:1] == [call.name]:
-        return one_line(_opening(line), _LABEL_CHARS)
-    return f"{call.name}({one_line(call.arguments, _ARGUMENT_CHARS)})"
+        return line
+    return None
 
 
 @attrs.frozen
@@ -132,7 +182,7 @@ class Run:
         A work log lists hundreds of calls: a check mark and the bare label keep
         each item short, so more of them fit.
         """
-        label = self.label if label_chars is None else one_line(self.label, label_chars)
+        label = self.label if label_chars is None else _clip_words(self.label, label_chars)
         times = f"{self.runs} runs" if self.runs > 1 else ""
         if self.status == OK:
             return f"{label} {OK_MARK}" + (f" ({times})" if times else "")
@@ -244,7 +294,8 @@ class Ledger:
         A call run again moves to the end with its new status and one more run.
         A checkpoint among ``messages`` contributes its own ledger where it
         stands. A file tool's call (an edit, a read) is listed only when it
-        failed: the file lists say the rest.
+        failed or was typed as a command line (``open f 40``): the file
+        lists say the rest.
         """
         runs = {run.label: run for run in self.runs}
         failure = self.failure
@@ -299,7 +350,9 @@ def _run(
         # A failure with nothing to quote (no output) does not replace an earlier one.
         failed = ended.failed and key is not None
         failure = Failure(label, _failure_output(result.text, key)) if failed else None
+    # A file tool's call is in the file lists; one typed as a command line (an
+    # editor's ``open f 40``, ``edit 3:5``) is a step of its own, listed as typed.
     file_call = not command and files_in_call(call, file_tools) is not None
-    if file_call and failure is None:
+    if file_call and failure is None and _typed_line(call, parse_arguments(call.arguments)) is None:
         return None, None
     return Run(label, command, status, key), failure

@@ -36,12 +36,12 @@ if TYPE_CHECKING:
 
 __all__ = ["SHORT_KEY_CHARS", "SHORT_LABEL_CHARS", "render_ledger"]
 
-SHORT_LABEL_CHARS = 80
-"""A call's label in its short form, "…" included."""
+SHORT_LABEL_CHARS = 48
+"""A call's label in its short form, "…" included: the command's own opening words."""
 SHORT_KEY_CHARS = 120
 """A failure's key line in its short form, "…" included."""
 
-_CLIPPED_FROM = 96  # a shorter label loses too little to be worth its ambiguity
+_CLIPPED_FROM = 56  # a shorter label loses too little to be worth its ambiguity
 _NOTE_ROOM = 16  # "- (+NNN more)" and its line break
 # What may follow a command for another to count as its variant: more words, a pipe.
 # A list operator starts another command ("cd /testbed && x" is no variant of "cd /testbed").

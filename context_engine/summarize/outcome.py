@@ -19,7 +19,7 @@ from context_engine.formats._anthropic_blocks import IS_ERROR_KEY
 from context_engine.formats._strands_blocks import STATUS_KEY
 from context_engine.messages import Message
 
-__all__ = ["ERROR_LINE", "Outcome", "content_lines", "one_line", "outcome"]
+__all__ = ["ENDED_KEY", "ERROR_LINE", "Outcome", "content_lines", "one_line", "outcome"]
 
 ERROR_LINE = re.compile(
     r"Traceback \(most recent call last\)"
@@ -62,6 +62,12 @@ _SUMMARY_FAILED = re.compile(r"\b[1-9]\d* (?:failed|errors?)\b")
 _TAG_LINE = re.compile(r"^\s*(?:</?[A-Za-z_][\w-]*>\s*)+$|^\s*<returncode>.*</returncode>\s*$")
 _LINE_CHARS = 240
 _OUTCOME_KEY = ("context_engine.summarize.outcome",)
+ENDED_KEY = "context_engine.ended"
+"""Metadata key on a cleared tool result: how its original ended (`Outcome.as_metadata`).
+
+A placeholder's own words ("exit status 0, error; key line: ...") are not
+its original's output: a checkpoint written later, from a transcript that
+kept the placeholder, reads the outcome from here (`outcome`)."""
 # `context_engine.formats.langchain.MESSAGE_KEY`: that module needs the langchain extra.
 _LANGCHAIN_MESSAGE_KEY = "langchain.message"
 
@@ -105,6 +111,22 @@ class Outcome:
     exit_status: int | None
     failed: bool
     key_line: str | None
+
+    def as_metadata(self) -> dict[str, object]:
+        """The JSON form stored under `ENDED_KEY`."""
+        return {"exit_status": self.exit_status, "failed": self.failed, "key_line": self.key_line}
+
+    @classmethod
+    def of(cls, recorded: object) -> Outcome | None:
+        """The outcome ``recorded`` under `ENDED_KEY`; None when it is not one."""
+        if not isinstance(recorded, Mapping) or not isinstance(recorded.get("failed"), bool):
+            return None
+        status, key = recorded.get("exit_status"), recorded.get("key_line")
+        return cls(
+            status if isinstance(status, int) and not isinstance(status, bool) else None,
+            recorded["failed"],
+            key if isinstance(key, str) else None,
+        )
 
     @property
     def status(self) -> str:
@@ -153,6 +175,9 @@ def _key_line(text: str, lines: list[str]) -> str | None:
 
 
 def _outcome(result: Message) -> Outcome:
+    recorded = Outcome.of(result.metadata.get(ENDED_KEY))
+    if recorded is not None:
+        return recorded  # a placeholder standing for its original
     text = result.text
     found = _EXIT.search(text)
     status = int(found[1] or found[2] or found[3]) if found is not None else None
@@ -179,5 +204,9 @@ def _outcome(result: Message) -> Outcome:
 
 
 def outcome(result: Message) -> Outcome:
-    """How the call ``result`` answers ended; computed once per result message."""
+    """How the call ``result`` answers ended; computed once per result message.
+
+    A cleared result that records its original's outcome (`ENDED_KEY`) ended
+    as that original did, whatever its placeholder text says.
+    """
     return memoized(result, _OUTCOME_KEY, _outcome)

@@ -22,6 +22,7 @@ from context_engine.strategies._placeholder import MAX_PLACEHOLDER_CHARS
 from context_engine.strategies.base import Budget, Strategy, StrategyResult
 from context_engine.strategies.microcompact import FAILURE_GRACE, ToolResultMicrocompact
 from context_engine.structure import CLEARED_KEY, analyze
+from context_engine.summarize.outcome import ENDED_KEY
 from context_engine.testing import FixedTokenCounter
 from tests.conftest import load_corpus_dicts
 
@@ -285,7 +286,8 @@ async def test_cleared_result_keeps_role_id_name_and_drops_images(
             "Run the tool again if you need it.]"
         ),
     )
-    assert new.metadata == {"mine": 1, CLEARED_KEY: True}
+    ended = {"exit_status": None, "failed": False, "key_line": None}  # how the original ended
+    assert new.metadata == {"mine": 1, CLEARED_KEY: True, ENDED_KEY: ended}
     assert result.replaced == (original,)
 
 

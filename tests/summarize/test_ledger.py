@@ -9,10 +9,11 @@ import pytest
 
 from context_engine import ContextSummary, Message, ToolCall
 from context_engine.formats.anthropic import from_anthropic
-from context_engine.strategies import FullSummary
+from context_engine.strategies import FullSummary, ToolResultMicrocompact
 from context_engine.strategies.base import Budget
 from context_engine.summarize.extractive import ExtractiveSummarizer
 from context_engine.summarize.ledger import LEDGER_KEY, Ledger
+from context_engine.summarize.ledger_text import SHORT_LABEL_CHARS
 from context_engine.summarize.log import fit_ledger, without_ledger, without_listed_files
 from context_engine.summarize.outcome import Outcome, outcome
 from context_engine.testing import FixedTokenCounter, RecordingSummarizer
@@ -131,7 +132,9 @@ def test_an_exit_status_with_no_output_does_not_replace_the_last_failure() -> No
 async def test_calls_hidden_from_the_text_come_back_in_later_updates() -> None:
     """Across several checkpoint updates every call stays in the ledger, none dropped."""
     run = Shell()
-    strategy = FullSummary(summarizer=ExtractiveSummarizer(), keep_recent_tokens=1)
+    strategy = FullSummary(
+        summarizer=ExtractiveSummarizer(), keep_recent_tokens=1, max_checkpoint_share=0.2
+    )
     view: list[Message] = [Message.system("sys"), Message.user("Fix the build")]
     commands: list[str] = []
     texts: list[str] = []
@@ -271,11 +274,12 @@ def test_a_tight_budget_lists_more_calls_briefly_and_the_newest_in_full() -> Non
     tight = ledger.render(len(full) * 3 // 4)
     assert "(+" not in tight  # every call still listed
     assert f"{long[-1].strip()} ✓" in tight  # the newest in full
-    assert f"- {long[0][:60]}" in tight
+    # Short forms end on a whole word: "test_c…" would read as any later "test_c*".
+    assert "- python -m pytest tests/test_module_0.py::test_case… ✓" in tight
     assert f"- {long[0].strip()} ✓" not in tight
     hidden = ledger.render(300)
     assert "- (+" in hidden
-    assert f"- {long[-1][:60]}" in hidden
+    assert f"- {long[-1][: SHORT_LABEL_CHARS - 1]}" in hidden
 
 
 def test_a_short_form_is_never_a_prefix_another_call_shares() -> None:
@@ -287,12 +291,12 @@ def test_a_short_form_is_never_a_prefix_another_call_shares() -> None:
     other += "pkg.__name__, pkg.__doc__)'"
     messages = [*run(stem + "100", "1 passed"), *run(stem + "50", "1 passed"), *run(other, "1")]
     tight = Ledger().update(messages).render(340)
-    assert f"{other[:79]}… ✓" in tight  # short forms are in use
+    assert "- cd /repo && python -c 'import pkg; print(pkg.__version__,… ✓" in tight
     assert f"{stem}100 ✓" in tight
     assert f"{stem}50 ✓" in tight
     # A call shown elsewhere in the view (kept after the checkpoint) counts too.
     alone = Ledger().update(run(stem + "10", "1 passed"))
-    assert f"- {stem[:79]}… ✓" in alone.render(120)
+    assert f"- {stem.split(' -xvs')[0]}… ✓" in alone.render(120)
     assert f"{stem}10 ✓" in alone.render(120, others=[stem + "20"])
 
 
@@ -434,3 +438,35 @@ def test_a_result_the_runtime_flagged_as_an_error_is_a_failure(result: Any, key:
     assert ended.failed
     assert ended.status == "failed"
     assert ended.key_line == key
+
+
+def test_a_cleared_result_ends_as_its_original_did() -> None:
+    """A placeholder kept in the transcript is not read as ok when its original failed.
+
+    The original exits 0 with a traceback; the placeholder's words say "exit status 0".
+    """
+    run = Shell()
+    output = 'Traceback (most recent call last):\n  File "t.py", line 3\nRuntimeError: not expanded'
+    call, result = run("cd /repo && python t.py", output, code=0)
+    cleared = ToolResultMicrocompact().clear(call.tool_calls[0], result)
+    assert "Traceback" not in cleared.text
+    ledger = Ledger().update([call, cleared])
+    assert ledger.runs[-1].status == "failed, exit 0 with a traceback"
+    assert ledger.runs[-1].key_line == "RuntimeError: not expanded"
+    assert ledger.failure is not None
+    assert "ok" not in ledger.render(10_000).split("\n\n")[0].split("\n")[1]
+
+
+def test_scripts_behind_one_opening_line_keep_labels_and_statuses_of_their_own() -> None:
+    """``python -c "`` with different scripts below it: one line each, each with its status."""
+    run = Shell()
+    head = 'python -c \\"\\nimport numpy as np\\nfrom pvlib import iam\\n'
+    messages = [
+        *run(head + 'print(iam.physical(aoi=90, n=1))\\n\\"', "0.0"),
+        *run(head + 'print(iam.physical(aoi=100, n_ar=1.29))\\n\\"', KEY, code=1),
+    ]
+    ledger = Ledger().update(messages)
+    assert len(ledger.runs) == 2
+    first, second = (run.head() for run in ledger.runs)
+    assert first.endswith("✓") and "aoi=90" in first
+    assert "(failed, exit 1)" in second and "n_ar=1.29" in second
