@@ -330,8 +330,12 @@ def _drop_checkpoint(
     brief form does not fit. Only when the result fits: where no view does, the
     checkpoint is the view's one record of what was cut. Runs only when a user
     message follows them, so the first message after the leading block stays a
-    user message.
+    user message. Never in a recovery: its target is a guess below the real
+    threshold, and the checkpoint this request may have paid for is what the
+    retry must keep (a cut one still carries its instructions and file lists).
     """
+    if budget.reason == "overflow":
+        return None
     lead_end = analyze(view).lead_end
     index = lead_end
     checkpoint = view[index] if index < len(view) and view[index].is_summary else None
