@@ -295,10 +295,12 @@ def test_the_bound_credits_what_the_witness_shows_and_fits_the_rest_densest_firs
     counter = resolve_counter()
     found = truth.truth_of(SESSION)
     roomy = bound.point_bound(SESSION, found, 100_000, 0, counter)
-    assert roomy is not None and roomy.recall == 1.0
+    assert roomy is not None
+    assert roomy.recall == 1.0
     assert roomy.by_witness + roomy.fit == roomy.steps
     tight = bound.point_bound(SESSION, found, roomy.room - 100_000 + 1, 0, counter)
-    assert tight is not None and tight.fit == 0
+    assert tight is not None
+    assert tight.fit == 0
     assert tight.recall == tight.by_witness / tight.steps < 1.0
     credited = [False] * tight.steps
     lines = bound.dense_lines(found, credited)

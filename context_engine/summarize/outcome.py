@@ -176,23 +176,26 @@ def _raised(text: str, header: int) -> str | None:
     ``pkg.errors.ConfigError``, ``KeyboardInterrupt``). Output printed after it
     (a log line "  Error: ...", a summary) comes later and is not it. None when
     that line does not name an exception or no frame came before it (the output
-    was cut inside the traceback, or holds it escaped on one line).
+    was cut inside the traceback and went on, or holds it escaped on one line).
+    Output that ends inside the traceback (``| head -5``) gives its last line:
+    the deepest frame shown, where it was raised.
     """
     start = text.rfind("\n", 0, header) + 1
     prefix = text[start:header]
     # An indented traceback (a tool's report) keeps its frames deeper still; one
     # behind a log prefix ("ERROR root: Traceback ...") has its frames indented from 0.
     indent = len(prefix) if not prefix.strip() else 0
-    frames = False
+    frame = None
     for line in text[header:].splitlines()[1:]:
         stripped = line.strip()
-        if not stripped:
+        if not stripped or _TAG_LINE.match(line):
             continue
         if len(line) - len(line.lstrip()) > indent:
-            frames = True  # "  File ...", its source line, "    ^^^^"
+            frame = line  # "  File ...", its source line, "    ^^^^"
             continue
-        return line if frames and _RAISED.match(stripped) else None
-    return None
+        return line if frame is not None and _RAISED.match(stripped) else None
+    # The output ends inside the traceback (``| head``): its deepest frame says where.
+    return frame
 
 
 def _pytest_explanation(lines: list[str]) -> str | None:

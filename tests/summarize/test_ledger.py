@@ -468,5 +468,7 @@ def test_scripts_behind_one_opening_line_keep_labels_and_statuses_of_their_own()
     ledger = Ledger().update(messages)
     assert len(ledger.runs) == 2
     first, second = (run.head() for run in ledger.runs)
-    assert first.endswith("✓") and "aoi=90" in first
-    assert "(failed, exit 1)" in second and "n_ar=1.29" in second
+    assert first.endswith("✓")
+    assert "aoi=90" in first
+    assert "(failed, exit 1)" in second
+    assert "n_ar=1.29" in second

@@ -84,6 +84,22 @@ Traceback (most recent call last):
 [5120 characters trimmed]
   ValueError: not the exception line, but the last one there is"""
 
+TRACEBACKS_CUT_BY_HEAD = """<returncode>0</returncode>
+<output>
+=== Testing: select 1;; ===
+Traceback (most recent call last):
+  File "/usr/bin/sqlfluff", line 33, in <module>
+    sys.exit(main())
+  File "/usr/lib/python3.11/site-packages/click/core.py", line 1485, in __call__
+=== Testing: ;; ===
+== [stdin] FAIL
+=== Testing: select 1;;; ===
+Traceback (most recent call last):
+  File "/usr/bin/sqlfluff", line 33, in <module>
+    sys.exit(main())
+  File "/usr/lib/python3.11/site-packages/click/core.py", line 1406, in main
+</output>"""
+
 
 @pytest.mark.parametrize(
     ("text", "key"),
@@ -98,6 +114,10 @@ Traceback (most recent call last):
         (COMPILER_ERROR, "src/main.c:7:5: error: expected ';' before 'return'"),
         (TRACEBACK_BEHIND_LOG_PREFIX, "app.errors.JobFailed: job 17 timed out"),
         (TRACEBACK_CUT_SHORT, "ValueError: not the exception line, but the last one there is"),
+        (
+            TRACEBACKS_CUT_BY_HEAD,
+            'File "/usr/lib/python3.11/site-packages/click/core.py", line 1406, in main',
+        ),
     ],
     ids=[
         "traceback-then-more-output",
@@ -107,6 +127,7 @@ Traceback (most recent call last):
         "compiler-error",
         "traceback-behind-log-prefix",
         "traceback-cut-short",
+        "output-ends-inside-a-traceback",
     ],
 )
 def test_a_failure_quotes_the_line_that_says_what_went_wrong(text: str, key: str) -> None:
