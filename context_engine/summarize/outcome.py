@@ -52,6 +52,10 @@ _EXCEPTION_LINE = re.compile(
     r"^\s*(?:[-*]\s+|E\s{2,})?(?:[A-Z]\d{3,4}\s+)?(?:[\w.]+\.)?\w*"
     r"(?:Error|Exception|Exit|Interrupt)\b(?::|$)"
 )
+# What closes a Python traceback: an exception's (dotted) class name, its message after ": ".
+_RAISED = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?::(?:\s.*)?)?$")
+# Pytest's explanation of a failed test, under the source line it failed on.
+_PYTEST_E = re.compile(r"^E\s{2,}\S")
 # Tools that state a failure in words, first thing: an editor refusing an edit, a shell.
 _REPORTED = re.compile(
     r"(?i)\bsyntax error|command not found|no such file or directory|permission denied"
@@ -103,9 +107,11 @@ class Outcome:
             tool result with status ``error``, kept in the metadata by the
             converters).
         key_line: The key line of a failure, or None: the exception line that
-            closes the last traceback (what was finally raised), else the first
-            exception line, else the first error-like line, else (a non-zero
-            exit status and no error line) the last line of output.
+            closes the last traceback (what was finally raised, even when more
+            output with "Error" in it follows), else the first exception line,
+            else pytest's first explanation line (``E   assert 3 == 4``), else
+            the first error-like line, else (a non-zero exit status and no
+            error line) the last line of output.
     """
 
     exit_status: int | None
@@ -162,15 +168,55 @@ def _reports_error(line: str) -> bool:
     return bool(ERROR_LINE.search(line) or _REPORTED.search(line))
 
 
+def _raised(text: str, header: int) -> str | None:
+    """The line that closes the traceback whose header starts at ``header``, or None.
+
+    A traceback's frames are indented under its header; the first line back at
+    the header's own indentation names what was raised (``TypeError: ...``,
+    ``pkg.errors.ConfigError``, ``KeyboardInterrupt``). Output printed after it
+    (a log line "  Error: ...", a summary) comes later and is not it. None when
+    that line does not name an exception or no frame came before it (the output
+    was cut inside the traceback and went on, or holds it escaped on one line).
+    Output that ends inside the traceback (``| head -5``) gives its last line:
+    the deepest frame shown, where it was raised.
+    """
+    start = text.rfind("\n", 0, header) + 1
+    prefix = text[start:header]
+    # An indented traceback (a tool's report) keeps its frames deeper still; one
+    # behind a log prefix ("ERROR root: Traceback ...") has its frames indented from 0.
+    indent = len(prefix) if not prefix.strip() else 0
+    frame = None
+    for line in text[header:].splitlines()[1:]:
+        stripped = line.strip()
+        if not stripped or _TAG_LINE.match(line):
+            continue
+        if len(line) - len(line.lstrip()) > indent:
+            frame = line  # "  File ...", its source line, "    ^^^^"
+            continue
+        return line if frame is not None and _RAISED.match(stripped) else None
+    # The output ends inside the traceback (``| head``): its deepest frame says where.
+    return frame
+
+
+def _pytest_explanation(lines: list[str]) -> str | None:
+    """Pytest's first explanation line (``E       assert 3 == 4``) when the output has one."""
+    return next((line for line in lines if _PYTEST_E.match(line)), None)
+
+
 def _key_line(text: str, lines: list[str]) -> str | None:
     errors = [line for line in lines if _reports_error(line) and not _NOT_KEY.match(line)]
     last = text.rfind(_TRACEBACK)
     if last >= 0:
         # What a traceback ends on is what was raised; chained ones end on the last.
+        raised = _raised(text, last)
+        if raised is not None:
+            return raised
         after = [line for line in text[last:].splitlines() if _EXCEPTION_LINE.match(line)]
         if after:
             return after[-1]
     key = next((line for line in errors if _EXCEPTION_LINE.match(line)), None)
+    if key is None:
+        key = _pytest_explanation(lines)
     return key if key is not None else next(iter(errors), None)
 
 
