@@ -17,6 +17,7 @@ from context_engine.reasoning import ReasoningPolicy, checked_reasoning_policy
 from context_engine.request_cap import DEFAULT_MAX_LLM_REWRITES, checked_cap
 from context_engine.strategies.background import BackgroundSummary
 from context_engine.strategies.base import Strategy, proactive_trigger
+from context_engine.strategies.light_trim import LightTrim
 from context_engine.summarize.pinned import Pinned, pinned_setting
 from context_engine.tokens import TokenCounter
 
@@ -233,10 +234,11 @@ def checked_settings(
         raise ConfigurationError(
             f"commit_strategies must be a collection of strategy names, got {commit_strategies!r}"
         )
+    cost_aware_flag = checked_cost_aware(cost_aware, pricing)
     settings = Settings(
         window=window,
         reserve=reserve(reserve_tokens),
-        strategies=strategy_tuple(strategies),
+        strategies=pipeline_for(strategy_tuple(strategies), cost_aware=cost_aware_flag),
         commit_strategies=frozenset(commit_strategies),
         max_user_share=user_share(max_user_share),
         archive=checked_archive,
@@ -245,7 +247,7 @@ def checked_settings(
         pinned=pinned_setting(pinned),
         reasoning=checked_reasoning_policy(reasoning),
         pricing=None if pricing is None else pricing_for(pricing),
-        cost_aware=checked_cost_aware(cost_aware, pricing),
+        cost_aware=cost_aware_flag,
         cache_breakpoints=checked_flag("cache_breakpoints", cache_breakpoints),
         max_llm_rewrites=checked_cap(max_llm_rewrites_per_request),
     )
@@ -258,6 +260,17 @@ def checked_flag(name: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise ConfigurationError(f"{name} must be True or False, got {value!r}")
     return value
+
+
+def pipeline_for(strategies: tuple[Strategy, ...], *, cost_aware: bool) -> tuple[Strategy, ...]:
+    """``strategies`` as the engine runs them.
+
+    A cost-aware engine's `LightTrim` trims old assistant messages to fit too
+    (`LightTrim.trimming_assistant`); every other strategy is run as given.
+    """
+    if not cost_aware:
+        return strategies
+    return tuple(s.trimming_assistant() if isinstance(s, LightTrim) else s for s in strategies)
 
 
 def checked_cost_aware(value: object, pricing: object) -> bool:

@@ -28,7 +28,6 @@ from context_engine.strategies.base import (
     Strategy,
     StrategyResult,
 )
-from context_engine.strategies.light_trim import LightTrim
 from context_engine.telemetry import current_telemetry, set_attributes
 
 if TYPE_CHECKING:
@@ -289,15 +288,12 @@ async def run_pipeline(
     """Run ``strategies`` in order from ``view`` while it is above the budget's threshold.
 
     An LLM strategy the call does not allow (`Call.llm_refusal`) is recorded
-    as a skipped step with the reason; the others always run. A cost-aware
-    engine's `LightTrim` trims old assistant messages to fit too.
+    as a skipped step with the reason; the others always run.
     """
     run = _Run(view=view, budget=budget, on_strategy=on_strategy)
     for strategy in strategies:
         if run.budget.tokens <= run.budget.threshold:
             break
-        if call.settings.cost_aware and isinstance(strategy, LightTrim):
-            strategy = strategy.trimming_assistant()  # old assistant messages too, to fit
         refusal = call.llm_refusal(strategy)
         if refusal is not None:
             if refusal:

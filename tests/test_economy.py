@@ -193,6 +193,19 @@ def test_above_the_threshold_a_cost_aware_light_trim_trims_old_assistant_message
     assert check_view(messages, aware.messages) == []
 
 
+def test_a_cost_aware_engine_shows_the_light_trim_it_runs_and_leaves_the_callers_alone() -> None:
+    """`engine.strategies` is what runs: its `LightTrim` trims old assistant messages to fit."""
+    given = LightTrim()
+    strategies = [ToolResultMicrocompact(), given, HardTruncate()]
+    aware = engine(strategies, window=12_000)
+    plain = engine(strategies, window=12_000, cost_aware=False)
+    (running,) = [s for s in aware.strategies if isinstance(s, LightTrim)]
+    assert running.trim_assistant_to_fit
+    assert running == attrs.evolve(given, trim_assistant_to_fit=True)
+    assert given.trim_assistant_to_fit is False  # the caller's strategy is not mutated
+    assert plain.strategies == tuple(strategies)
+
+
 # -- above the threshold ------------------------------------------------------------------------
 
 
