@@ -220,11 +220,6 @@ def test_a_checkpoint_and_marker_give_way_when_only_they_keep_the_floor_from_fit
     _fits_at_the_floor(session, "recover_overflow")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: the recovery target (threshold x estimate / window after a bare "
-    "'prompt is too long') is below the floor, so the cut checkpoint is kept",
-)
 def test_a_recovery_below_every_view_drops_an_empty_checkpoint_not_the_newest_request() -> None:
     """Shrunk from a 4,358-token window (threshold 262): a checkpoint trimmed to its framing
     kept the recovery 25 tokens above a view of the floor; folding it must keep the

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import regex
 from hypothesis import given, settings
@@ -710,3 +711,26 @@ async def test_a_recovery_caps_again_a_committed_preview_in_the_protected_tail()
     assert [r.kind for r in result.removed] == ["tool_result"]
     assert counter.count_message(result.messages[3]) < counter.count_message(preview)
     assert result.messages[-1] == transcript[-1]  # the pending call stays as it was
+
+
+async def test_a_recovery_below_every_view_keeps_the_checkpoint_instructions() -> None:
+    """A recovery's target can be a guess far below the real threshold: the checkpoint's
+    text is cut, its file lists too, but the goal and constraints stay for the retry."""
+    section = "<user-instructions>\nTask statement (the first request):\nFix the parser.\n"
+    section += "Constraints the user stated (verbatim):\n- Never change the public API.\n"
+    section += "</user-instructions>\n\n"
+    checkpoint = ContextSummary(
+        summary=section + " ".join(["ran the tests, all green"] * 80),
+        tokens_before=5000,
+        read_files=tuple(f"src/module_{n}.py" for n in range(20)),
+    )
+    view = [checkpoint, Message.user("go on"), Message.assistant("on it")]
+    counter = FixedTokenCounter()
+    budget = attrs.evolve(budget_for(view, counter, 10), reason="overflow")
+    result = await HardTruncate().apply(view, view, budget)
+    assert result.applied
+    trimmed = result.messages[0]
+    assert isinstance(trimmed, ContextSummary)
+    assert trimmed.summary.startswith(section)
+    assert counter.count_message(trimmed) < counter.count_message(checkpoint)
+    assert result.messages[1:] == tuple(view[1:])
