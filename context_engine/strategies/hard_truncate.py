@@ -41,8 +41,8 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, TypeAlias
 
 import attrs
 import regex
@@ -254,18 +254,47 @@ def _truncate(
         if trimmed is not None:
             (messages, replaced), tokens = trimmed
     before = messages, replaced, tokens
-    for last_resort in (_cap_tail, _trim_checkpoint, _drop_checkpoint):
-        if tokens <= budget.threshold:
-            break
-        shortened = last_resort(messages, budget, tokens, transcript)
-        if shortened is not None:
-            messages, more, tokens = shortened
-            replaced = (*replaced, *more)
+    capped = _last_resort(_cap_tail, before, budget, transcript)
+    cut_checkpoint = _last_resort(_trim_checkpoint, capped, budget, transcript)
+    # A checkpoint dropped whole is dropped as it came in, not as the trim left it:
+    # the removal (and the marker's reference) must name the original.
+    messages, replaced, tokens = _last_resort(
+        _drop_checkpoint, capped, budget, transcript, after=cut_checkpoint
+    )
     # The last resorts cost content the others keep: worth it when the view fits, and
     # in a recovery (the provider rejected the prompt: sending as much again cannot work).
     if tokens <= budget.threshold or budget.reason == "overflow":
         return messages, replaced, tokens
     return before
+
+
+_Truncated: TypeAlias = tuple[tuple[Message, ...], tuple[Removal, ...], int]
+_LastResort: TypeAlias = Callable[
+    [tuple[Message, ...], Budget, int, Sequence[Message]], _Truncated | None
+]
+
+
+def _last_resort(
+    resort: _LastResort,
+    start: _Truncated,
+    budget: Budget,
+    transcript: Sequence[Message],
+    *,
+    after: _Truncated | None = None,
+) -> _Truncated:
+    """``resort`` run from ``start`` when ``after`` (default ``start``) still does not fit.
+
+    Its result when it applies, else ``after``.
+    """
+    current = start if after is None else after
+    if current[2] <= budget.threshold:
+        return current
+    messages, replaced, tokens = start
+    shortened = resort(messages, budget, tokens, transcript)
+    if shortened is None:
+        return current
+    messages, more, tokens = shortened
+    return messages, (*replaced, *more), tokens
 
 
 def _trim_checkpoint(

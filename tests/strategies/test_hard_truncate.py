@@ -155,9 +155,10 @@ async def run(
         assert order == sorted(order)
     kinds = [r.kind for r in result.removed]
     # Whole messages, the newest user message's text, then the last resorts: the newest
-    # results, then the checkpoint's text; each step at most once (results one by one).
+    # results, then the checkpoint's text, then the checkpoint itself; each step at most
+    # once (results one by one).
     steps = [k for n, k in enumerate(kinds) if not (k == "tool_result" and kinds[n - 1 : n] == [k])]
-    pattern = ["messages", "text", "tool_result", "text"]
+    pattern = ["messages", "text", "tool_result", "text", "messages"]
     position = 0
     for kind in steps:
         assert kind in pattern[position:], kinds
@@ -171,7 +172,11 @@ async def run(
     assert len(trimmed) <= 1
     dropped = sum(len(r.originals) for r in result.removed if r.kind == "messages")
     old = [m for m in view if is_truncation_marker(m)]
-    if dropped:
+    if dropped and not found:  # a view of the floor fits only without its marker
+        prior = old[0].metadata[TRUNCATION_KEY] if old else 0
+        brief = truncation_marker(prior + dropped, brief=True)
+        assert measure((brief, *result.messages)) > threshold
+    elif dropped:
         (index,) = found
         marker = result.messages[index]
         assert index == slot_of(result.messages)
@@ -513,6 +518,19 @@ async def test_when_only_the_checkpoint_can_shrink_it_is_cut_and_nothing_else_go
     assert result.applied
     assert [r.kind for r in result.removed] == ["text"]
     assert result.removed[0].originals == (checkpoint,)
+    assert result.messages[1:] == tuple(transcript[1:])
+
+
+async def test_a_checkpoint_cut_and_then_dropped_is_removed_as_it_came_in() -> None:
+    # Found by the property test: the removal named the cut copy, not the original.
+    checkpoint = ContextSummary(
+        summary=" ".join(["step done, tests pass"] * 60), tokens_before=1000
+    )
+    transcript = [checkpoint, Message.user("fix the loop"), Message.assistant("fixed it")]
+    counter = FixedTokenCounter()
+    floor = measure_with(counter)((truncation_marker(1, brief=True), *transcript[1:]))
+    result = await run(HardTruncate(), transcript, counter, floor)
+    assert [(r.kind, r.originals) for r in result.removed] == [("messages", (checkpoint,))]
     assert result.messages[1:] == tuple(transcript[1:])
 
 
