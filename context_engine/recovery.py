@@ -14,7 +14,9 @@ truncation marker) into one `ContextSummary`:
    the view.
 
 Both leave the checkpoint room under the target, so the folded view fits
-where the truncated one would have. When the floor itself is above the
+where the truncated one would have; neither writes a checkpoint smaller than
+the one it replaces (the plain cut then keeps that one and drops the tail
+instead). When the floor itself is above the
 target (no view fits), the dropped range is folded all the same and the
 truncation's last resorts cut the view sent now, the new checkpoint included;
 the commit keeps the checkpoint and the newest user message whole
@@ -115,6 +117,11 @@ class TruncationFold:
         view = tuple(view)
         head = _Head.of(view)
         limit = self.writer.checkpoint_limit(budget.threshold)
+        # A fold never writes a checkpoint smaller than the one it replaces (paid for, the
+        # agent's memory): below that the plain cut keeps it and drops the tail instead.
+        least = max(_MIN_CHECKPOINT_TOKENS, head.checkpoint_tokens(view, budget))
+        if limit < least:
+            return StrategyResult.unchanged(view)
         # The checkpoint takes at most ``limit``; it replaces the old checkpoint and marker.
         held = sum(budget.counter.count_message(m) for m in view[head.lead : head.start])
         target = budget.threshold - limit + held
@@ -125,7 +132,7 @@ class TruncationFold:
             dropped = _dropped(cut, view[head.lead : head.start])
             if not cut.applied or not dropped:
                 return cut  # nothing dropped: only the newest user message was trimmed
-            if limit < _MIN_CHECKPOINT_TOKENS:
+            if limit < least:
                 break
             folded, removed, checkpoint = await self._fold(view, head, cut, dropped, budget, limit)
             tokens = budget.measure(folded)
@@ -218,6 +225,10 @@ class _Head:
     slot: int  # after the checkpoint: where the truncation puts its marker
     start: int  # after the marker: the first message the truncation may drop
     newest_user: int
+
+    def checkpoint_tokens(self, view: tuple[Message, ...], budget: Budget) -> int:
+        """Tokens of the view's checkpoint (0 without one)."""
+        return budget.counter.count_message(view[self.lead]) if self.slot > self.lead else 0
 
     @classmethod
     def of(cls, view: tuple[Message, ...]) -> _Head:

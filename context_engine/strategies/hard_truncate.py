@@ -16,7 +16,9 @@ the protected tail (the newest tool group of the current turn and calls still
 pending at the end). A leading `ContextSummary` checkpoint is trimmed, and
 dropped (archived and counted like the rest) only at the very end, when its
 framing alone keeps a view of the floor above the threshold; the marker then
-takes its brief form, or none when even that does not fit.
+takes its brief form, or none when even that does not fit. A recovery keeps
+the checkpoint's instructions section, and drops only a checkpoint that came
+in holding nothing.
 
 One marker message says how many messages are gone. It is a *user* message
 placed right after the leading block (and the checkpoint, if any): the first
@@ -39,8 +41,8 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, TypeAlias
 
 import attrs
 import regex
@@ -252,18 +254,47 @@ def _truncate(
         if trimmed is not None:
             (messages, replaced), tokens = trimmed
     before = messages, replaced, tokens
-    for last_resort in (_cap_tail, _trim_checkpoint, _drop_checkpoint):
-        if tokens <= budget.threshold:
-            break
-        shortened = last_resort(messages, budget, tokens, transcript)
-        if shortened is not None:
-            messages, more, tokens = shortened
-            replaced = (*replaced, *more)
+    capped = _last_resort(_cap_tail, before, budget, transcript)
+    cut_checkpoint = _last_resort(_trim_checkpoint, capped, budget, transcript)
+    # A checkpoint dropped whole is dropped as it came in, not as the trim left it:
+    # the removal (and the marker's reference) must name the original.
+    messages, replaced, tokens = _last_resort(
+        _drop_checkpoint, capped, budget, transcript, after=cut_checkpoint
+    )
     # The last resorts cost content the others keep: worth it when the view fits, and
     # in a recovery (the provider rejected the prompt: sending as much again cannot work).
     if tokens <= budget.threshold or budget.reason == "overflow":
         return messages, replaced, tokens
     return before
+
+
+_Truncated: TypeAlias = tuple[tuple[Message, ...], tuple[Removal, ...], int]
+_LastResort: TypeAlias = Callable[
+    [tuple[Message, ...], Budget, int, Sequence[Message]], _Truncated | None
+]
+
+
+def _last_resort(
+    resort: _LastResort,
+    start: _Truncated,
+    budget: Budget,
+    transcript: Sequence[Message],
+    *,
+    after: _Truncated | None = None,
+) -> _Truncated:
+    """``resort`` run from ``start`` when ``after`` (default ``start``) still does not fit.
+
+    Its result when it applies, else ``after``.
+    """
+    current = start if after is None else after
+    if current[2] <= budget.threshold:
+        return current
+    messages, replaced, tokens = start
+    shortened = resort(messages, budget, tokens, transcript)
+    if shortened is None:
+        return current
+    messages, more, tokens = shortened
+    return messages, (*replaced, *more), tokens
 
 
 def _trim_checkpoint(
@@ -273,7 +304,9 @@ def _trim_checkpoint(
 
     The very last resort: a caller's checkpoint can be larger than anything a
     summary would write, and nothing else is left to shorten. The original is
-    archived like any trimmed text.
+    archived like any trimmed text. A recovery keeps the user's instructions
+    section (goal, constraints) whatever its target: the retry's agent must
+    still know what it is doing.
     """
     index = analyze(view).lead_end
     checkpoint = view[index] if index < len(view) else None
@@ -307,7 +340,7 @@ def _trim_checkpoint(
             read_files=checkpoint.read_files if keep_read else (),
             modified_files=checkpoint.modified_files if keep_modified else (),
         )
-        if shorter == checkpoint:
+        if shorter == checkpoint or (not keep_head and budget.reason == "overflow"):
             continue
         messages = (*view[:index], shorter, *view[index + 1 :])
         tokens = budget.measure(messages)
@@ -330,15 +363,16 @@ def _drop_checkpoint(
     brief form does not fit. Only when the result fits: where no view does, the
     checkpoint is the view's one record of what was cut. Runs only when a user
     message follows them, so the first message after the leading block stays a
-    user message. Never in a recovery: its target is a guess below the real
+    user message. A recovery drops only a checkpoint that came in holding
+    nothing (`_drop_empty_checkpoint`): its target is a guess below the real
     threshold, and the checkpoint this request may have paid for is what the
     retry must keep (a cut one still carries its instructions and file lists).
     """
-    if budget.reason == "overflow":
-        return None
     lead_end = analyze(view).lead_end
     index = lead_end
     checkpoint = view[index] if index < len(view) and view[index].is_summary else None
+    if budget.reason == "overflow":
+        return _drop_empty_checkpoint(view, lead_end, checkpoint, budget, transcript)
     index += checkpoint is not None
     marker = view[index] if index < len(view) and is_truncation_marker(view[index]) else None
     index += marker is not None
@@ -363,6 +397,31 @@ def _drop_checkpoint(
         if measured <= budget.threshold:
             return messages, removed, measured
     return None  # no view fits anyway: the checkpoint stays, cut (the commit keeps it whole)
+
+
+def _drop_empty_checkpoint(
+    view: tuple[Message, ...],
+    index: int,
+    checkpoint: Message | None,
+    budget: Budget,
+    transcript: Sequence[Message],
+) -> tuple[tuple[Message, ...], tuple[Removal, ...], int] | None:
+    """A recovery's view without a checkpoint that came in empty, fitting or not; or None.
+
+    Empty: no file lists and no text but trim markers (an earlier view's last
+    resort cut it, and nothing restored it). It is no memory, so no marker
+    counts it; one this call emptied is kept (its commit restores it whole).
+    """
+    if not isinstance(checkpoint, ContextSummary) or checkpoint not in transcript:
+        return None
+    if checkpoint.read_files or checkpoint.modified_files:
+        return None
+    if _TRIM_MARKER.sub("", checkpoint.summary).strip():
+        return None
+    messages = (*view[:index], *view[index + 1 :])
+    if index >= len(messages) or not is_user_message(messages[index]):
+        return None  # the first message after the leading block stays a user message
+    return messages, (Removal("messages", (checkpoint,)),), budget.measure(messages)
 
 
 def _cap_tail(

@@ -12,7 +12,7 @@ from typing import Any, ClassVar, TypeAlias
 import attrs
 
 from context_engine._aio import maybe_await
-from context_engine._validate import positive_int, positive_seconds, share
+from context_engine._validate import number_in, positive_int, positive_seconds, share
 from context_engine.errors import ConfigurationError
 from context_engine.events import SummaryInfo
 from context_engine.messages import ContextSummary, Message
@@ -65,6 +65,13 @@ threshold, reduced by the messages of earlier hooks. Messages that do not fit
 in ``room`` are dropped (and logged).
 """
 
+
+DEFAULT_CHECKPOINT_SHARE = 0.2
+"""The share of the threshold a checkpoint may take when ``max_checkpoint_share`` is None."""
+SMALL_WINDOW_CHECKPOINT_TOKENS = 1_600
+"""Tokens a checkpoint may take in a window where its default share gives fewer."""
+SMALL_WINDOW_MAX_SHARE = 0.4
+"""The most of the threshold `SMALL_WINDOW_CHECKPOINT_TOKENS` may take."""
 
 _TEXT_FIRST_TOKENS = 160
 _JOIN_TOKENS = 4  # the blank line between the text and the log, and tokenizer slack
@@ -139,13 +146,20 @@ class FullSummary:
     """Time allowed for the whole summary, all its requests together; past it the
     strategy raises `SummaryTimeoutError` (the answers so far are kept for the next
     attempt). A plain (blocking) summarizer is checked between requests. None: no limit."""
-    max_checkpoint_share: float = attrs.field(
-        default=0.2,
-        validator=share(
-            exclusive_minimum=True, fix="0.2 keeps the checkpoint under a fifth of the threshold"
+    max_checkpoint_share: float | None = attrs.field(
+        default=None,
+        validator=number_in(
+            0.0,
+            1.0,
+            exclusive_minimum=True,
+            optional=True,
+            fix="0.2 keeps the checkpoint under a fifth of the threshold",
         ),
     )
-    """Largest share of the threshold the checkpoint may take; a longer one is condensed."""
+    """Largest share of the threshold the checkpoint may take; a longer one is condensed.
+    None: a fifth, and in a small window up to `SMALL_WINDOW_CHECKPOINT_TOKENS` (at most
+    `SMALL_WINDOW_MAX_SHARE` of the threshold): a session's work log does not shrink with
+    the window, the verbatim tail it leaves room for does."""
     ledger_share: float = attrs.field(
         default=0.6,
         validator=share(exclusive_minimum=True, fix="0.6 gives the work log 3/5 of the checkpoint"),
@@ -291,6 +305,7 @@ class FullSummary:
             instructions,
             transcript,
             view[cut.index :],
+            limit=self._limit_at(view, cut, budget),
         )
         review = Review(
             originals=restore_originals(history + prefix, transcript),
@@ -316,6 +331,8 @@ class FullSummary:
         transcript: Sequence[Message],
         kept: Sequence[Message],
         summarizer: Summarizer,
+        *,
+        limit: int,
     ) -> ContextSummary:
         """The checkpoint ``summarizer`` writes, opened by the user's instructions (by code)."""
         writer = (
@@ -340,7 +357,6 @@ class FullSummary:
                 kept=kept,
             )
 
-        limit = self.checkpoint_limit(budget.threshold)
         counter, redact = budget.counter, self._redact
         return await keep_instructions(
             body, history, prefix, previous, limit=limit, counter=counter, redact=redact
@@ -350,9 +366,27 @@ class FullSummary:
     def _redact(self) -> Callable[[str], str] | None:
         return self.redactor.redact if self.redactor is not None else None
 
+    def _limit_at(self, view: tuple[Message, ...], cut: CutPoint, budget: Budget) -> int:
+        """The most tokens the checkpoint at ``cut`` may take.
+
+        With the default share, a small window's larger limit is used only as
+        far as the messages kept after ``cut`` leave room for it (a long
+        newest step would otherwise push the checkpoint into a last resort's
+        cut), and never less than the default share.
+        """
+        limit = self.checkpoint_limit(budget.threshold)
+        if self.max_checkpoint_share is not None:
+            return limit
+        room = _room(view, analyze(view), budget, 0) - cut.kept_tokens
+        least = min(limit, max(1, int(DEFAULT_CHECKPOINT_SHARE * budget.threshold)))
+        return max(least, min(limit, room))
+
     def checkpoint_limit(self, threshold: int) -> int:
         """The most tokens a checkpoint may take under ``threshold``."""
-        return max(1, int(self.max_checkpoint_share * threshold))
+        if self.max_checkpoint_share is not None:
+            return max(1, int(self.max_checkpoint_share * threshold))
+        small = min(SMALL_WINDOW_CHECKPOINT_TOKENS, int(SMALL_WINDOW_MAX_SHARE * threshold))
+        return max(1, int(DEFAULT_CHECKPOINT_SHARE * threshold), small)
 
     async def write_checkpoint(
         self,

@@ -196,17 +196,16 @@ async def test_compact_raises_and_recover_overflow_records_the_failure_counting_
 async def test_a_huge_answer_is_cut_to_the_checkpoint_share_and_kept_in_its_metadata() -> None:
     """A summarizer that ignores its budget still gives a bounded checkpoint; nothing lost."""
     transcript = turns(30)
-    strategies = [
-        FullSummary(summarizer=answers("x" * 1_000_000), summarizer_window=1_000_000),
-        HardTruncate(),
-    ]
-    engine = ContextEngine(8_000, strategies, token_counter=COUNTER)
+    summary = FullSummary(summarizer=answers("x" * 1_000_000), summarizer_window=1_000_000)
+    engine = ContextEngine(8_000, [summary, HardTruncate()], token_counter=COUNTER)
     result = await engine.project(transcript)
     assert result.event is not None
     assert [step.applied for step in result.event.steps] == [True]
     checkpoint = next(m for m in result.messages if isinstance(m, ContextSummary))
     threshold = 8_000 - engine.reserve_tokens
-    assert COUNTER.count_message(checkpoint) <= int(0.2 * threshold)
+    # The default limit: a fifth of the threshold, 40 % in a window as small as this one.
+    assert COUNTER.count_message(checkpoint) <= summary.checkpoint_limit(threshold)
+    assert summary.checkpoint_limit(threshold) <= int(0.4 * threshold)
     (cut,) = Condensed.of(checkpoint).items
     _, body = split_instructions(checkpoint.summary)  # the user's instructions come first
     assert body[:-1] + cut == "x" * 1_000_000

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import regex
 from hypothesis import given, settings
@@ -154,9 +155,10 @@ async def run(
         assert order == sorted(order)
     kinds = [r.kind for r in result.removed]
     # Whole messages, the newest user message's text, then the last resorts: the newest
-    # results, then the checkpoint's text; each step at most once (results one by one).
+    # results, then the checkpoint's text, then the checkpoint itself; each step at most
+    # once (results one by one).
     steps = [k for n, k in enumerate(kinds) if not (k == "tool_result" and kinds[n - 1 : n] == [k])]
-    pattern = ["messages", "text", "tool_result", "text"]
+    pattern = ["messages", "text", "tool_result", "text", "messages"]
     position = 0
     for kind in steps:
         assert kind in pattern[position:], kinds
@@ -170,7 +172,11 @@ async def run(
     assert len(trimmed) <= 1
     dropped = sum(len(r.originals) for r in result.removed if r.kind == "messages")
     old = [m for m in view if is_truncation_marker(m)]
-    if dropped:
+    if dropped and not found:  # a view of the floor fits only without its marker
+        prior = old[0].metadata[TRUNCATION_KEY] if old else 0
+        brief = truncation_marker(prior + dropped, brief=True)
+        assert measure((brief, *result.messages)) > threshold
+    elif dropped:
         (index,) = found
         marker = result.messages[index]
         assert index == slot_of(result.messages)
@@ -515,6 +521,19 @@ async def test_when_only_the_checkpoint_can_shrink_it_is_cut_and_nothing_else_go
     assert result.messages[1:] == tuple(transcript[1:])
 
 
+async def test_a_checkpoint_cut_and_then_dropped_is_removed_as_it_came_in() -> None:
+    # Found by the property test: the removal named the cut copy, not the original.
+    checkpoint = ContextSummary(
+        summary=" ".join(["step done, tests pass"] * 60), tokens_before=1000
+    )
+    transcript = [checkpoint, Message.user("fix the loop"), Message.assistant("fixed it")]
+    counter = FixedTokenCounter()
+    floor = measure_with(counter)((truncation_marker(1, brief=True), *transcript[1:]))
+    result = await run(HardTruncate(), transcript, counter, floor)
+    assert [(r.kind, r.originals) for r in result.removed] == [("messages", (checkpoint,))]
+    assert result.messages[1:] == tuple(transcript[1:])
+
+
 @pytest.mark.parametrize("fraction", [0.02, 0.1, 0.3, 0.6, 0.9])
 async def test_corpus_transcripts_fit_or_reach_the_floor(
     corpus_path: Path, fraction: float
@@ -710,3 +729,26 @@ async def test_a_recovery_caps_again_a_committed_preview_in_the_protected_tail()
     assert [r.kind for r in result.removed] == ["tool_result"]
     assert counter.count_message(result.messages[3]) < counter.count_message(preview)
     assert result.messages[-1] == transcript[-1]  # the pending call stays as it was
+
+
+async def test_a_recovery_below_every_view_keeps_the_checkpoint_instructions() -> None:
+    """A recovery's target can be a guess far below the real threshold: the checkpoint's
+    text is cut, its file lists too, but the goal and constraints stay for the retry."""
+    section = "<user-instructions>\nTask statement (the first request):\nFix the parser.\n"
+    section += "Constraints the user stated (verbatim):\n- Never change the public API.\n"
+    section += "</user-instructions>\n\n"
+    checkpoint = ContextSummary(
+        summary=section + " ".join(["ran the tests, all green"] * 80),
+        tokens_before=5000,
+        read_files=tuple(f"src/module_{n}.py" for n in range(20)),
+    )
+    view = [checkpoint, Message.user("go on"), Message.assistant("on it")]
+    counter = FixedTokenCounter()
+    budget = attrs.evolve(budget_for(view, counter, 10), reason="overflow")
+    result = await HardTruncate().apply(view, view, budget)
+    assert result.applied
+    trimmed = result.messages[0]
+    assert isinstance(trimmed, ContextSummary)
+    assert trimmed.summary.startswith(section)
+    assert counter.count_message(trimmed) < counter.count_message(checkpoint)
+    assert result.messages[1:] == tuple(view[1:])

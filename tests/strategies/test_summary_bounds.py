@@ -25,6 +25,8 @@ from context_engine.testing import FixedTokenCounter, RecordingSummarizer
 
 COUNTER = FixedTokenCounter()
 WINDOW, THRESHOLD = 8192, 4096
+LIMIT = FullSummary(summarizer=RecordingSummarizer()).checkpoint_limit(THRESHOLD)
+"""The default checkpoint's most tokens at this threshold."""
 REQUEST = "Fix every failing test in the repository"
 
 
@@ -94,7 +96,7 @@ async def test_a_hundred_checkpoints_stay_under_the_share_with_or_without_an_arc
         archiving=archiving,
     )
     assert len(applied) >= 100
-    limit = int(0.2 * THRESHOLD)
+    limit = LIMIT
     for _, result in applied:
         checkpoint = checkpoint_of(result.messages)
         assert COUNTER.count_message(checkpoint) <= limit
@@ -134,7 +136,7 @@ async def test_a_single_request_updated_thirty_times_keeps_one_section_and_the_v
     for before, result in applied:
         checkpoint = checkpoint_of(result.messages)
         assert checkpoint.summary.count(PREFIX_HEADING) == 1
-        assert COUNTER.count_message(checkpoint) <= int(0.2 * THRESHOLD)
+        assert COUNTER.count_message(checkpoint) <= LIMIT
         assert measure(result.messages) <= THRESHOLD
         assert result.messages[2] == Message.user(REQUEST)  # the request itself, verbatim
         assert check_view(before, result.messages) == []
@@ -167,7 +169,9 @@ async def test_an_llm_checkpoint_over_its_share_is_asked_again_shorter_then_cut(
     """A model ignoring the budget: two condense requests with smaller budgets, then the
     oldest items go deterministically; every item left out is in the metadata."""
     summarizer = RecordingSummarizer()
-    strategy = FullSummary(summarizer=lambda r: summarizer(r) and _long_answer(r))
+    strategy = FullSummary(
+        summarizer=lambda r: summarizer(r) and _long_answer(r), max_checkpoint_share=0.2
+    )
     applied = await run_session(strategy, rounds=12, single_request=False, archiving=True)
     _, result = applied[0]
     kinds = [r.kind for r in summarizer.requests]
@@ -238,7 +242,7 @@ async def test_file_lists_give_up_their_oldest_entries_when_they_alone_exceed_th
         view, view, budget(view, archiving=False)
     )
     checkpoint = checkpoint_of(result.messages)
-    assert COUNTER.count_message(checkpoint) <= int(0.2 * THRESHOLD)
+    assert COUNTER.count_message(checkpoint) <= LIMIT
     dropped = Condensed.of(checkpoint).read_files
     assert dropped == many[: len(dropped)]
     assert set(dropped) | set(checkpoint.read_files) >= set(many)
@@ -285,3 +289,19 @@ def test_no_deadline_and_no_timeout_are_allowed() -> None:
     assert strategy == FullSummary(
         summarizer=strategy.summarizer, summary_timeout_seconds=None, timeout_seconds=None
     )
+
+
+def test_a_small_window_gives_the_checkpoint_room_for_its_work_log() -> None:
+    """By default a checkpoint takes a fifth of the threshold, more in a small window.
+
+    The session's log does not shrink with the window: at an 8k window a fifth
+    (780 tokens) holds a few dozen calls of a hundred. A share the caller sets
+    is kept to.
+    """
+    default = FullSummary(summarizer=RecordingSummarizer())
+    assert default.checkpoint_limit(3_904) == int(0.4 * 3_904)  # 8k window: 40 %
+    assert default.checkpoint_limit(6_000) == 1_600
+    assert default.checkpoint_limit(11_904) == int(0.2 * 11_904)  # 16k window: a fifth
+    assert default.checkpoint_limit(100_000) == 20_000
+    chosen = FullSummary(summarizer=RecordingSummarizer(), max_checkpoint_share=0.2)
+    assert chosen.checkpoint_limit(3_904) == int(0.2 * 3_904)
