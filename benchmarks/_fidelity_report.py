@@ -95,9 +95,10 @@ METHOD = """\
 `benchmarks/fidelity.py` (`make bench-fidelity`) replays each dev-corpus transcript call by
 call through `ContextEngine.default(window, summarizer=ExtractiveSummarizer())` (the
 **engine**) and through the same engine with `pricing="anthropic", cost_aware=True` (the
-**cost-aware** engine, which also clears old tool results below the threshold when that
-pays), each keeping its commits, and scores the view the model would get against ground
-truth read off the original transcript up to that call by the benchmark's own parsers
+**cost-aware** engine: below the threshold too it clears old tool results and trims old
+assistant messages when that pays, and its light trim trims old assistant messages to fit),
+each keeping its commits, and scores the view the model would get against ground truth
+read off the original transcript up to that call by the benchmark's own parsers
 (independent of the engine's): every file edited (editor tools and shell writes: `sed -i`,
 redirections and heredocs, `tee`, `python -c` writes, `git apply`, `cp`/`mv` targets) named
 in a modified-files section or by a visible edit call; the key line of the most recent

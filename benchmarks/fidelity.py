@@ -9,7 +9,8 @@ at 8k and 16k windows:
 * ``engine_cost_aware``: the same with ``pricing="anthropic"`` and
   ``cost_aware=True`` (economics.py's cost-aware contender): old tool results
   are cleared, and old messages trimmed, below the threshold too when that
-  pays, in views it does not commit.
+  pays, in views it does not commit; its light trim also trims old assistant
+  messages (tool-call arguments included) to fit.
 
 Each engine runs its own replay (their commits differ). Three kinds of points
 are scored:
