@@ -17,10 +17,16 @@ TITLES = {
     "newest_user": "newest user message verbatim",
 }
 KIND_TITLES = {
-    "rewrite": "At every rewrite point (the view differs from the original transcript)",
+    "rewrite": "At every rewrite point (the view differs from the original transcript; "
+    "each engine at its own, the baselines at the default engine's)",
     "compact": "After a forced `/compact` (at a quarter, half, three quarters and the end)",
+    "rewrite_both": "At the calls where both engines rewrote (the same points for every contender)",
 }
-CONTENDERS = ("engine", "trim_last", "masking")
+SECTION_KINDS = ("rewrite", "compact")  # docs/benchmarks.md; the page has every kind
+ENGINES = ("engine", "engine_cost_aware")
+CONTENDERS = (*ENGINES, "trim_last", "masking")
+LABELS = "engine / cost-aware / trim-last / masking"
+ENGINE_LABELS = {"engine": "the engine", "engine_cost_aware": "the cost-aware engine"}
 PAGE_LINK = "[benchmarks_fidelity.md](benchmarks_fidelity.md)"
 
 
@@ -40,9 +46,9 @@ def _windows(rows: Sequence[Row]) -> list[int]:
 
 
 def table(rows: Sequence[Row], kind: str) -> list[str]:
-    """Probe by window: mean recall %, engine / trim-last / masking."""
+    """Probe by window: mean recall %, engine / cost-aware / trim-last / masking."""
     windows = _windows(rows)
-    header = ["probe (mean recall %, engine / trim-last / masking)"]
+    header = [f"probe (mean recall %, {LABELS})"]
     header += [f"{w // 1000}k window" for w in windows]
     lines = ["| " + " | ".join(header) + " |", "|---" + "|---:" * len(windows) + "|"]
     for probe in PROBES:
@@ -51,18 +57,25 @@ def table(rows: Sequence[Row], kind: str) -> list[str]:
             found = [_find(rows, window, kind, c)["mean_recall_pct"][probe] for c in CONTENDERS]
             cells.append(" / ".join(_cell(v) for v in found))
         lines.append("| " + " | ".join(cells) + " |")
-    marked = ["failed commands the engine's notes call ok, of those they name (over points)"]
-    points = ["points scored"]
+    for engine in ENGINES:
+        marked = [
+            f"failed commands {ENGINE_LABELS[engine]}'s notes call ok, of those they name "
+            "(over points)"
+        ]
+        for window in windows:
+            row = _find(rows, window, kind, engine)
+            marked.append(f"{row['failed_marked_ok']} of {row['failed_named']}")
+        lines.append("| " + " | ".join(marked) + " |")
+    points = ["points scored (engine / cost-aware / baselines)"]
     for window in windows:
-        row = _find(rows, window, kind, "engine")
-        marked.append(f"{row['failed_marked_ok']} of {row['failed_named']}")
-        points.append(f"{row['points']:,}")
-    lines += ["| " + " | ".join(marked) + " |", "| " + " | ".join(points) + " |"]
+        found = [_find(rows, window, kind, c)["points"] for c in (*ENGINES, "trim_last")]
+        points.append(" / ".join(f"{n:,}" for n in found))
+    lines.append("| " + " | ".join(points) + " |")
     return lines
 
 
 def tables(rows: Sequence[Row]) -> str:
-    """Both tables with their titles, for the terminal."""
+    """Every table with its title, for the terminal."""
     out: list[str] = []
     for kind, title in KIND_TITLES.items():
         out += [f"{title}:", "", *table(rows, kind), ""]
@@ -80,15 +93,18 @@ def _run_line(meta: Row) -> str:
 
 METHOD = """\
 `benchmarks/fidelity.py` (`make bench-fidelity`) replays each dev-corpus transcript call by
-call through `ContextEngine.default(window, summarizer=ExtractiveSummarizer())`, keeping its
-commits, and scores the view the model would get against ground truth read off the
-original transcript up to that call by the benchmark's own parsers (independent of the
-engine's): every file edited (editor tools and shell writes: `sed -i`, redirections and
-heredocs, `tee`, `python -c` writes, `git apply`, `cp`/`mv` targets) named in a
-modified-files section or by a visible edit call; the key line of the most recent failed
-tool result, verbatim; the constraint sentences (must, don't, never, only...) of the user's
-messages, verbatim or near-verbatim; every file read and command run, by path or command
-string; the newest user message verbatim. Baselines at the same points and budget:
+call through `ContextEngine.default(window, summarizer=ExtractiveSummarizer())` (the
+**engine**) and through the same engine with `pricing="anthropic", cost_aware=True` (the
+**cost-aware** engine: below the threshold too it clears old tool results and trims old
+assistant messages when that pays, and its light trim trims old assistant messages to fit),
+each keeping its commits, and scores the view the model would get against ground truth
+read off the original transcript up to that call by the benchmark's own parsers
+(independent of the engine's): every file edited (editor tools and shell writes: `sed -i`,
+redirections and heredocs, `tee`, `python -c` writes, `git apply`, `cp`/`mv` targets) named
+in a modified-files section or by a visible edit call; the key line of the most recent
+failed tool result, verbatim; the constraint sentences (must, don't, never, only...) of the
+user's messages, verbatim or near-verbatim; every file read and command run, by path or
+command string; the newest user message verbatim. Baselines at the same points and budget:
 **trim-last** (system, first user message, newest whole steps that fit) and observation
 **masking** (ten newest tool results kept, older ones replaced by a placeholder, then
 capped the same way). A dash: nothing to recall at those points."""
@@ -97,18 +113,23 @@ capped the same way). A dash: nothing to recall at those points."""
 def section(meta: Row, rows: Sequence[Row]) -> str:
     """The "Fidelity" section of docs/benchmarks.md."""
     lines = ["## Fidelity", "", METHOD, "", _run_line(meta), ""]
-    for kind, title in KIND_TITLES.items():
-        lines += [f"{title}:", "", *table(rows, kind), ""]
-    lines += [f"Per transcript, and how each probe is read: {PAGE_LINK}.", ""]
+    for kind in SECTION_KINDS:
+        lines += [f"{KIND_TITLES[kind]}:", "", *table(rows, kind), ""]
+    lines += [
+        f"Per transcript, both engines on the same points, and how each probe is read: "
+        f"{PAGE_LINK}.",
+        "",
+    ]
     return "\n".join(lines)
 
 
 def _transcript_rows(per_transcript: Sequence[Row], kind: str) -> list[str]:
-    header = ["transcript", "window", "points", *PROBES]
+    header = ["transcript", "window", "points (engine / cost-aware)", *PROBES]
     lines = ["| " + " | ".join(header) + " |", "|---|---:|---:" + "|---:" * len(PROBES) + "|"]
     for entry in per_transcript:
         board = entry[kind]
-        cells = [f"`{entry['transcript']}`", f"{entry['window']:,}", str(board["engine"]["points"])]
+        points = " / ".join(str(board[e]["points"]) for e in ENGINES)
+        cells = [f"`{entry['transcript']}`", f"{entry['window']:,}", points]
         for probe in PROBES:
             found = [board[c]["mean_recall_pct"][probe] for c in CONTENDERS]
             cells.append(" / ".join(_cell(v) for v in found))
@@ -117,7 +138,7 @@ def _transcript_rows(per_transcript: Sequence[Row], kind: str) -> list[str]:
 
 
 def page(meta: Row, data: Row) -> str:
-    """docs/benchmarks_fidelity.md: the method, both tables and the per-transcript figures."""
+    """docs/benchmarks_fidelity.md: the method, every table and the per-transcript figures."""
     lines = [
         "# Benchmarks: fidelity after a rewrite",
         "",
@@ -133,7 +154,7 @@ def page(meta: Row, data: Row) -> str:
     for kind, title in KIND_TITLES.items():
         lines += [f"## {title}", "", *table(data["results"], kind), ""]
         lines += [
-            "Per transcript (engine / trim-last / masking, mean recall %):",
+            f"Per transcript ({LABELS}, mean recall %):",
             "",
             *_transcript_rows(data["per_transcript"], kind),
             "",

@@ -56,12 +56,20 @@ class DownArchive(MemoryArchive):
         raise ArchiveError("archive store unreachable")
 
 
-def build_engine(condition: str, window: int, counter: TokenCounter) -> ContextEngine:
-    """`ContextEngine.default` at ``window`` in ``condition`` (one of `CONDITIONS`)."""
+def build_engine(
+    condition: str, window: int, counter: TokenCounter, **options: Any
+) -> ContextEngine:
+    """`ContextEngine.default` at ``window`` in ``condition`` (one of `CONDITIONS`).
+
+    ``options`` go to the constructor of the healthy engine (``pricing=``,
+    ``cost_aware=``); the other conditions take none.
+    """
     if condition == "healthy":
         return ContextEngine.default(
-            window, summarizer=ExtractiveSummarizer(), token_counter=counter
+            window, summarizer=ExtractiveSummarizer(), token_counter=counter, **options
         )
+    if options:
+        raise ValueError(f"condition {condition!r} takes no engine options, got {options}")
     if condition == "summarizer_down":
         return ContextEngine.default(window, summarizer=down_summarizer, token_counter=counter)
     if condition == "summarizer_and_archive_down":

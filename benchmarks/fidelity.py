@@ -2,15 +2,29 @@
 
 Every corpus transcript is replayed call by call (one call per assistant
 message, commits kept, a view above the threshold recovered with
-``recover_overflow``: the replay of `_fits_replay`) through
-``ContextEngine.default(window, summarizer=ExtractiveSummarizer())`` at 8k
-and 16k windows. Two kinds of points are scored:
+``recover_overflow``: the replay of `_fits_replay`) through two engines
+at 8k and 16k windows:
+
+* ``engine``: ``ContextEngine.default(window, summarizer=ExtractiveSummarizer())``;
+* ``engine_cost_aware``: the same with ``pricing="anthropic"`` and
+  ``cost_aware=True`` (economics.py's cost-aware contender): old tool results
+  are cleared, and old messages trimmed, below the threshold too when that
+  pays, in views it does not commit; its light trim also trims old assistant
+  messages (tool-call arguments included) to fit.
+
+Each engine runs its own replay (their commits differ). Three kinds of points
+are scored:
 
 * ``rewrite``: every call whose view differs from the original transcript up
-  to that call (a rewrite now, or a checkpoint committed earlier);
+  to that call (a rewrite now, or a checkpoint committed earlier), each engine
+  at its own such points (the cost-aware engine's include the calls below the
+  threshold it rewrote), the baselines at the default engine's;
 * ``compact``: a forced ``/compact`` (``engine.compact`` on the running
   transcript, by a fresh engine of the same settings so the replay goes on
-  undisturbed) at a quarter, half, three quarters and the end of the calls.
+  undisturbed) at a quarter, half, three quarters and the end of the calls;
+* ``rewrite_both``: the calls where both engines' views differ from the
+  original, every contender scored there (the two engines side by side on the
+  same points).
 
 Each view is scored against ground truth read off the ORIGINAL transcript up
 to that point by the benchmark's own parsers (`_fidelity_truth`, independent
@@ -67,8 +81,14 @@ RESULTS = REPO / "benchmarks" / "results"
 DOCS = REPO / "docs" / "benchmarks.md"
 PAGE = REPO / "docs" / "benchmarks_fidelity.md"
 WINDOWS = (8_000, 16_000)
-CONTENDERS = ("engine", "trim_last", "masking")
-KINDS = ("rewrite", "compact")
+COST_AWARE_PRICING = "anthropic"  # economics.py's cost-aware contender
+ENGINES: dict[str, dict[str, Any]] = {  # contender -> options of its ContextEngine.default
+    "engine": {},
+    "engine_cost_aware": {"pricing": COST_AWARE_PRICING, "cost_aware": True},
+}
+BASELINES = ("trim_last", "masking")
+CONTENDERS = (*ENGINES, *BASELINES)
+KINDS = ("rewrite", "compact", "rewrite_both")
 COMPACT_AT = (0.25, 0.5, 0.75, 1.0)  # shares of the replayed calls
 QUICK_TRANSCRIPTS = (  # edits through an editor and through bash, failures, a support agent
     "swea_gpt4__pydicom__pydicom-1458",
@@ -104,9 +124,12 @@ class Scores:
         self.failed_named += other.failed_named
 
     def mean(self, probe: str) -> float | None:
-        """Mean recall of ``probe`` in percent, over the points where it had something to recall."""
+        """Mean recall of ``probe`` in percent, over the points where it had something to recall.
+
+        Two decimals: the two engines can differ by less than a tenth of a point.
+        """
         values = self.recalls[probe]
-        return round(100 * sum(values) / len(values), 1) if values else None
+        return round(100 * sum(values) / len(values), 2) if values else None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -119,6 +142,7 @@ class Scores:
 
 
 Board = dict[str, dict[str, Scores]]  # kind -> contender -> scores
+Judged = tuple[dict[str, float | None], int, int]  # recalls, failed marked ok, failed named
 
 
 def new_board() -> Board:
@@ -149,17 +173,13 @@ class _Transcript:
         self.truth = truth_of(self.messages)
         self.counter = counter
         self.budget = engine.threshold - engine.overhead_tokens
-        self._baselines: dict[int, dict[str, tuple[dict[str, float | None], int, int]]] = {}
+        self._baselines: dict[int, dict[str, Judged]] = {}
 
-    def judge(
-        self, view: Sequence[Message], truth: Truth
-    ) -> tuple[dict[str, float | None], int, int]:
+    def judge(self, view: Sequence[Message], truth: Truth) -> Judged:
         seen = read_view(view)
         return (score(seen, truth), *marked_ok(seen, truth))
 
-    def baselines(
-        self, point: int, truth: Truth
-    ) -> dict[str, tuple[dict[str, float | None], int, int]]:
+    def baselines(self, point: int, truth: Truth) -> dict[str, Judged]:
         if point not in self._baselines:
             original = self.messages[:point]
             trimmed = cap_to_window(original, self.budget, self.counter)
@@ -171,6 +191,49 @@ class _Transcript:
         return self._baselines[point]
 
 
+@dataclass
+class _Run:
+    """One engine's replay of one transcript: its judged views by call point."""
+
+    rewrites: dict[int, Judged] = field(default_factory=dict)
+    compacts: dict[int, Judged] = field(default_factory=dict)
+    errors: int = 0
+    compact_errors: int = 0
+
+
+async def _replay(
+    facts: _Transcript,
+    points: Sequence[int],
+    compact_points: set[int],
+    window: int,
+    counter: TokenCounter,
+    options: dict[str, Any],
+) -> _Run:
+    """Replay ``facts`` through an engine built with ``options``, judging what it sends."""
+    run = _Recorder(build_engine("healthy", window, counter, **options), counter)
+    found = _Run()
+    consumed = 0
+    for point in points:
+        run.transcript.extend(facts.messages[consumed:point])
+        consumed = point
+        run.sent = None
+        await run.call()
+        truth = facts.truth.before(point)
+        if run.sent is None:
+            found.errors += 1
+        elif not _same(run.sent, facts.messages[:point]):
+            found.rewrites[point] = facts.judge(run.sent, truth)
+        if point in compact_points:
+            twin = build_engine("healthy", window, counter, **options)
+            try:
+                result = await twin.compact(tuple(run.transcript))
+            except CompactionError:
+                found.compact_errors += 1
+                continue
+            found.compacts[point] = facts.judge(result.messages, truth)
+    return found
+
+
 async def measure_transcript(
     messages: Sequence[Message],
     window: int,
@@ -178,46 +241,39 @@ async def measure_transcript(
     *,
     max_calls: int | None = None,
 ) -> tuple[Board, dict[str, int]]:
-    """The scores of every contender at the rewrite and compact points of one replay."""
-    engine = build_engine("healthy", window, counter)
-    run = _Recorder(engine, counter)
-    facts = _Transcript(messages, engine, counter)
-    board = new_board()
-    stats = {"calls": 0, "engine_errors": 0, "compact_errors": 0}
+    """The scores of every contender at the rewrite and compact points of one replay per engine.
+
+    The baselines are scored at the default engine's rewrite and compact points,
+    and at the points where every engine rewrote (``rewrite_both``).
+    """
+    facts = _Transcript(messages, build_engine("healthy", window, counter), counter)
     points = call_points(facts.messages)[:max_calls]
     compact_points = {points[max(round(share * len(points)) - 1, 0)] for share in COMPACT_AT}
-    consumed = 0
-    for point in points:
-        run.transcript.extend(facts.messages[consumed:point])
-        consumed = point
-        run.sent = None
-        await run.call()
-        stats["calls"] += 1
-        original = facts.messages[:point]
-        truth = facts.truth.before(point)
-        if run.sent is None:
-            stats["engine_errors"] += 1
-        elif not _same(run.sent, original):
-            _record(board["rewrite"], facts.judge(run.sent, truth), facts.baselines(point, truth))
-        if point in compact_points:
-            twin = build_engine("healthy", window, counter)
-            try:
-                result = await twin.compact(tuple(run.transcript))
-            except CompactionError:
-                stats["compact_errors"] += 1
-                continue
-            _record(
-                board["compact"], facts.judge(result.messages, truth), facts.baselines(point, truth)
-            )
+    runs = {
+        name: await _replay(facts, points, compact_points, window, counter, options)
+        for name, options in ENGINES.items()
+    }
+    board = new_board()
+    stats = {"calls": len(points)}
+    for name, run in runs.items():
+        stats[f"{name}_errors"] = run.errors
+        stats[f"{name}_compact_errors"] = run.compact_errors
+        for kind, judged in (("rewrite", run.rewrites), ("compact", run.compacts)):
+            for found in judged.values():
+                board[kind][name].add(*found)
+    default = runs["engine"]
+    for kind, judged in (("rewrite", default.rewrites), ("compact", default.compacts)):
+        for point in judged:
+            _add_baselines(board[kind], facts.baselines(point, facts.truth.before(point)))
+    shared = set.intersection(*(set(run.rewrites) for run in runs.values()))
+    for point in sorted(shared):
+        for name, run in runs.items():
+            board["rewrite_both"][name].add(*run.rewrites[point])
+        _add_baselines(board["rewrite_both"], facts.baselines(point, facts.truth.before(point)))
     return board, stats
 
 
-def _record(
-    scores: dict[str, Scores],
-    engine: tuple[dict[str, float | None], int, int],
-    baselines: dict[str, tuple[dict[str, float | None], int, int]],
-) -> None:
-    scores["engine"].add(*engine)
+def _add_baselines(scores: dict[str, Scores], baselines: dict[str, Judged]) -> None:
     for name, judged in baselines.items():
         scores[name].add(*judged)
 

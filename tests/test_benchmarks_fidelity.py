@@ -216,7 +216,8 @@ def test_marked_ok_counts_a_failed_command_called_ok_and_not_a_longer_one() -> N
 # -- the corpus run, its figures asserted as floors --------------------------------------------
 
 # The quick run's figures less about 3 points: a change that makes the engine's views forget
-# more fails here.
+# more fails here. The cost-aware engine (pricing="anthropic", cost_aware=True) keeps the same
+# floors: clearing old tool results below the threshold must not cost recall.
 FLOORS = {
     ("rewrite", 8_000): (96, 95, 92, 76, 97),
     ("rewrite", 16_000): (97, 97, 96, 94, 97),
@@ -244,22 +245,44 @@ def quick_rows() -> list[dict[str, Any]]:
     return rows
 
 
+def _row(rows: list[dict[str, Any]], kind: str, window: int, contender: str) -> dict[str, Any]:
+    return next(
+        r for r in rows if (r["kind"], r["window"], r["contender"]) == (kind, window, contender)
+    )
+
+
+ENGINES = ("engine", "engine_cost_aware")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize(("kind", "window"), list(FLOORS), ids=[f"{k}-{w}" for k, w in FLOORS])
 def test_quick_corpus_run_keeps_its_floors(
-    quick_rows: list[dict[str, Any]], kind: str, window: int
+    quick_rows: list[dict[str, Any]], kind: str, window: int, engine: str
 ) -> None:
-    row = next(
-        r
-        for r in quick_rows
-        if (r["kind"], r["window"], r["contender"]) == (kind, window, "engine")
-    )
+    row = _row(quick_rows, kind, window, engine)
     assert row["points"] > 0
     recall = row["mean_recall_pct"]
     floors = dict(zip(probe.PROBES, FLOORS[kind, window], strict=True))
     below = {p: (recall[p], floor) for p, floor in floors.items() if recall[p] < floor}
     assert not below, f"recall under its floor (measured, floor): {below}"
-    assert row["failed_named"] > 0  # the check below is not vacuous
+    named = sum(_row(quick_rows, kind, window, e)["failed_named"] for e in ENGINES)
+    assert named > 0  # the check below is not vacuous
     assert row["failed_marked_ok"] == 0, "a checkpoint called a failed command ok"
+
+
+def test_the_cost_aware_engine_is_scored_at_the_calls_it_rewrote_below_the_threshold(
+    quick_rows: list[dict[str, Any]],
+) -> None:
+    """Its rewrite points are its own: every call where the default engine rewrote, and more."""
+    for window in (8_000, 16_000):
+        default = _row(quick_rows, "rewrite", window, "engine")["points"]
+        cost_aware = _row(quick_rows, "rewrite", window, "engine_cost_aware")["points"]
+        both = _row(quick_rows, "rewrite_both", window, "engine_cost_aware")["points"]
+        assert both == default <= cost_aware
+    assert (
+        _row(quick_rows, "rewrite", 16_000, "engine_cost_aware")["points"]
+        > _row(quick_rows, "rewrite", 16_000, "engine")["points"]
+    )
 
 
 def test_quick_run_writes_the_table_and_the_json(tmp_path: Path) -> None:
