@@ -38,10 +38,13 @@ How each family's cache is priced (`_economics_ledger`, issue 19):
   the rest of its prompt up to its last breakpoint, and plain input after it.
   So a shared prefix that ends where no earlier request had a breakpoint, or
   more than 20 blocks behind every breakpoint of this one, is not read.
-* Where the breakpoints go, per contender: both ``context_engine`` rows as the
-  engine places them with ``cache_breakpoints=True`` (`place_breakpoints`:
-  after the stable prefix, the leading system messages and the checkpoint
-  that follows them, and on the last message). Every other contender gets
+* Where the breakpoints go, per contender: both ``context_engine`` rows run
+  with ``cache_breakpoints=True`` and are priced with the breakpoints the
+  engine put on each view it handed out (`place_breakpoints`: after the
+  stable prefix, the leading system messages and the checkpoint that follows
+  them, on the last message, on the clearing frontier, and on the previous
+  request's breakpoint when a rewrite left none near it); the views are
+  compared without them. Every other contender gets
   what a careful user would mark: the last system message and the last
   message. LangChain's own `AnthropicPromptCachingMiddleware` (langchain-
   anthropic) marks only the last block (a top-level ``cache_control``), so
@@ -92,6 +95,7 @@ from steady_state import load_average, package_versions, run_facts, to_json, wri
 from context_engine import ContextEngine, Message
 from context_engine.cli._common import build_strategies
 from context_engine.cli.replay import replay
+from context_engine.formats.breakpoints import marked, unmarked
 from context_engine.formats.openai import from_openai
 from context_engine.invariants import check_view
 from context_engine.summarize.extractive import ExtractiveSummarizer
@@ -178,6 +182,28 @@ class _SummaryMeter:
         return answer
 
 
+class _EngineMarks:
+    """The breakpoints the engine put on each view it handed out, by the view sent.
+
+    A view is kept without its breakpoints (they are not content: the
+    prompts are compared without them); `placement` gives them back for the
+    ledger, and the engine's stateless placement for a prompt it never sent.
+    """
+
+    def __init__(self, counter: TokenCounter) -> None:
+        self.marks: dict[int, tuple[int, ...]] = {}
+        self.fallback = engine_placement(counter)
+
+    def sent(self, view: Sequence[Message]) -> Prompt:
+        plain = tuple(unmarked(message) for message in view)
+        self.marks[id(plain)] = marked(view)
+        return plain
+
+    def placement(self, view: Prompt) -> tuple[int, ...]:
+        found = self.marks.get(id(view))
+        return self.fallback(view) if found is None else found
+
+
 def run_context_engine(
     name: str,
     messages: Sequence[Message],
@@ -189,6 +215,7 @@ def run_context_engine(
     """The default pipeline through `replay`: commits and overflow recovery as an agent does."""
     views: list[Prompt] = []
     sent: list[Prompt] = []
+    marks = _EngineMarks(counter)
     summarizer = _SummaryMeter(counter, sent)
     result = replay(
         messages,
@@ -198,13 +225,14 @@ def run_context_engine(
         summarizer_label="extractive",
         token_counter=counter,
         source=name,
-        check=lambda _given, view: views.append(tuple(view)),
+        check=lambda _given, view: views.append(marks.sent(view)),
         progress=lambda _done, _total: sent.append(views[-1]),
+        cache_breakpoints=True,
     )
     original = tuple(messages)
     prompts = [(original[: c.step], view) for c, view in zip(result.calls, sent, strict=True)]
     costs, summaries = account_session(
-        prompts, window, counter, engine_placement(counter), summarizer.requests
+        prompts, window, counter, marks.placement, summarizer.requests
     )
     problems = list(result.problems)
     for record, cost in zip(result.calls, costs, strict=True):
@@ -235,6 +263,7 @@ def run_cost_aware(
     spelled out here: project, recover when above the window, keep commits.
     """
     sent: list[Prompt] = []
+    marks = _EngineMarks(counter)
     summarizer = _SummaryMeter(counter, sent)
     engine = ContextEngine(
         window,
@@ -242,6 +271,7 @@ def run_cost_aware(
         token_counter=counter,
         pricing=COST_AWARE_PRICING,
         cost_aware=True,
+        cache_breakpoints=True,
     )
     running: list[Message] = []
     prompts, problems, commits = [], [], 0
@@ -258,12 +288,12 @@ def run_cost_aware(
             if result.commit is not None:
                 running = list(result.commit)
                 commits += 1
-            problems += [f"call {len(sent) + 1}: {p}" for p in check_view(given, result.messages)]
-            sent.append(tuple(result.messages))
+            sent.append(marks.sent(result.messages))
+            problems += [f"call {len(sent)}: {p}" for p in check_view(given, sent[-1])]
             prompts.append((tuple(messages[:index]), sent[-1]))
         running.append(message)
     costs, summaries = account_session(
-        prompts, window, counter, engine_placement(counter), summarizer.requests
+        prompts, window, counter, marks.placement, summarizer.requests
     )
     return outcome(
         "context_engine_cost_aware",

@@ -617,3 +617,44 @@ def test_a_quick_run_writes_the_results_the_section_and_the_chart(
     assert page.startswith("# Benchmarks\n\nsteady state\n")
     assert "](img/e.svg)" in page
     ET.fromstring(svg.read_text("utf-8"))
+
+
+def test_the_engines_breakpoints_let_anthropic_read_up_to_the_clearing_frontier(
+    econ: ModuleType, counter: FixedTokenCounter
+) -> None:
+    """A cost-aware clearing far behind the last breakpoint still reads the prefix before it.
+
+    The engine (``cache_breakpoints=True``) marks the message before the
+    oldest result a clearing may rewrite; when the next request clears it,
+    Anthropic's cache serves everything up to that message.
+    """
+    from context_engine import ContextEngine
+    from context_engine.formats.breakpoints import marked, unmarked
+    from context_engine.strategies import ToolResultMicrocompact
+    from context_engine.structure import CLEARED_KEY
+
+    def step(n: int, lines: int) -> list[Message]:
+        call = ToolCall(f"c{n}", "read_file", f'{{"path": "f{n}.py"}}')
+        return [
+            Message.assistant(f"reading f{n}", tool_calls=[call]),
+            Message.tool(call.id, "x\n" * lines),
+        ]
+
+    notes = [Message.assistant("notes " * 4_000) for _ in range(4)]  # about 24,000 tokens
+    first = [Message.system("You fix bugs."), Message.user("Fix it."), *notes, *step(0, 6_000)]
+    first += [m for n in range(1, 5) for m in step(n, 200)]
+    agent = ContextEngine(
+        100_000,
+        [ToolResultMicrocompact()],
+        token_counter=counter,
+        pricing="anthropic",
+        cost_aware=True,
+        cache_breakpoints=True,
+    )
+    cache = econ.ledger.AnthropicCache(counter)
+    for transcript in (first, first + step(5, 200)):
+        view = agent.project_sync(transcript).messages
+        plain = tuple(unmarked(message) for message in view)
+        use = cache.send(plain, marked(view))
+    assert plain[7].metadata.get(CLEARED_KEY)  # c0's result, after its call at 6
+    assert use.read == sum(counter.count_message(m) for m in plain[:7])
