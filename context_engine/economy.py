@@ -19,6 +19,14 @@ sending the view as planned, and sends the cheapest:
 * above the threshold, the view as planned is the pipeline's, which fits;
   clearing more of it in the same call costs no second cache break, only
   the saved tokens are no longer sent.
+
+What the cache serves of each view is the provider's rule
+(`context_engine._cache_marks.served_tokens`): on a prefix cache (OpenAI) all
+a view shares with the last one; on Anthropic's only up to the last
+request's breakpoint before the first change, so a clearing behind the last
+breakpoint is priced as writing everything after the one before it again.
+With ``cache_breakpoints=True`` the engine keeps a breakpoint on the clearing
+frontier, so a clearing re-writes only what follows the cleared region.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from collections.abc import Iterator
 
 import attrs
 
+from context_engine._cache_marks import served_tokens
 from context_engine.cache_cost import rewrite_cost
 from context_engine.call import Call
 from context_engine.events import RewriteStep
@@ -58,11 +67,11 @@ def economize(call: Call, session: Session, planned: Outcome | None = None) -> O
     if pricing is None:
         return base
     best: tuple[float, Outcome] | None = None
+    cached = served_tokens(call.settings, call.meter, session, base.view)
     for shorter in _shortened(call, base.view, budget.with_tokens(base.tokens)):
         # Only this call's own rewrites join the clearing; a reused view's came before.
         whole = base.then(shorter) if base.changed and not base.reused else shorter
-        _, cached = session.prefix(call.meter, base.view)
-        _, reused = session.prefix(call.meter, shorter.view)
+        reused = served_tokens(call.settings, call.meter, session, shorter.view)
         dropped = unbind_reasoning(call, whole).reasoning_dropped
         already = unbind_reasoning(call, base).reasoning_dropped if not base.reused else 0
         cost = rewrite_cost(

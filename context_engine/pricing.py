@@ -52,6 +52,13 @@ class CachePricing:
         long_write_multiplier: The same for the longest TTL.
         max_breakpoints: Explicit cache breakpoints one request may carry.
         automatic: The provider caches the longest known prefix without breakpoints.
+        breakpoint_lookback_blocks: Where the cache is written only at breakpoints:
+            how many content blocks back from one of its breakpoints a request
+            looks for an entry an earlier request wrote (its breakpoint's own
+            block included). After a rewrite only the prefix up to the earlier
+            request's last breakpoint before the first change is read, and only
+            when this request has a breakpoint that many blocks after it.
+            None for a prefix cache (OpenAI's): the whole shared prefix is read.
         output_multiplier: Price of an output token over the base input price
             (what redoing dropped reasoning costs).
         input_per_mtok: Dollars per million base input tokens of the priced
@@ -73,6 +80,9 @@ class CachePricing:
         default=None, validator=non_negative_int(optional=True)
     )
     automatic: bool = False
+    breakpoint_lookback_blocks: int | None = attrs.field(
+        default=None, validator=non_negative_int(optional=True)
+    )
     output_multiplier: float = attrs.field(default=5.0, validator=number_in())
     input_per_mtok: float | None = attrs.field(default=None, validator=number_in(optional=True))
     model: str | None = None
@@ -100,7 +110,9 @@ CACHE_PRICING: Final[Mapping[str, CachePricing]] = MappingProxyType(
         # (5m default); Usage.cache_creation splits writes by TTL; Message.diagnostics
         # carries cache_miss_reason. Published: reads 0.1x, writes 1.25x (5m) / 2x (1h),
         # at most 4 breakpoints, minimum 1024 tokens (4096 for Opus 4.5 and Haiku 4.5,
-        # 2048 for the Haiku 3 models). Price: Claude Sonnet 4.5, $3 in / $15 out.
+        # 2048 for the Haiku 3 models); a hit is looked for at most about 20 blocks
+        # back from a breakpoint (the prompt-caching guide). Price: Claude Sonnet 4.5,
+        # $3 in / $15 out.
         "anthropic": CachePricing(
             family="anthropic",
             min_cacheable_tokens=1024,
@@ -115,6 +127,7 @@ CACHE_PRICING: Final[Mapping[str, CachePricing]] = MappingProxyType(
             write_multiplier=1.25,
             long_write_multiplier=2.0,
             max_breakpoints=4,
+            breakpoint_lookback_blocks=20,
             output_multiplier=5.0,
             input_per_mtok=3.0,
             model="claude-sonnet-4-5",

@@ -72,6 +72,8 @@ class Session:
             view still did not fit; they run again only after real growth.
         requests: The LLM rewrites of the current request (the per-request cap).
         background: The checkpoint being written ahead of time (`BackgroundSummary`).
+        marks: Indices of the messages of the last view handed out that carried an
+            Anthropic breakpoint, when the engine placed them (``cache_breakpoints``).
     """
 
     breaker: CircuitBreaker
@@ -79,6 +81,7 @@ class Session:
     stalled_at: int | None = None
     requests: RequestCap = attrs.Factory(RequestCap)
     background: Background = attrs.Factory(Background)
+    marks: tuple[int, ...] | None = None
 
     def seen(self) -> Seen | None:
         """The last call's input and view, for the meter."""
@@ -88,6 +91,7 @@ class Session:
         """Forget the remembered view, the stall and the background checkpoint (not the breaker)."""
         self.last = None
         self.stalled_at = None
+        self.marks = None
         self.background.discard("the engine was reset")
 
     def restart(self, transcript: tuple[Message, ...], estimate: UsageEstimate) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from context_engine import Message, ToolCall
+from context_engine import ContextSummary, Message, ToolCall
 from context_engine.formats.openai import from_openai, to_openai
 from context_engine.invariants import check_view
 from context_engine.testing import FixedTokenCounter, synthetic_session
@@ -124,7 +124,9 @@ def test_a_summary_request_reusing_the_prefix_reads_what_the_cache_holds(econ: M
     assert request.cost("anthropic", reuse=False) == pytest.approx(20_000 + 1_000 * 5.0)
     reusing = 22_000 * 0.1 + 2_500 * 1.25 + 500 + 1_000 * 5.0
     assert request.cost("anthropic", reuse=True) == pytest.approx(reusing)
-    assert request.cost("openai", reuse=True) == pytest.approx(22_000 * 0.1 + 3_000 + 8_000)
+    # OpenAI reads whole 128-token steps of the shared prefix: 21,888 of 22,000.
+    openai = 21_888 * 0.1 + (25_000 - 21_888 - 500) + 500 + 8_000
+    assert request.cost("openai", reuse=True) == pytest.approx(openai)
     missed = econ.ledger.SummaryRequestCost(
         apart_tokens=20_000,
         reusing_tokens=25_000,
@@ -150,6 +152,128 @@ def test_a_summary_request_the_view_does_not_hold_costs_the_same_both_ways(
     for family in ("anthropic", "openai"):
         assert request.cost(family, reuse=True) == pytest.approx(request.cost(family, reuse=False))
     assert request.cost("anthropic", reuse=True) == pytest.approx(20_000 + 1_000 * 5.0)
+
+
+# -- Anthropic's breakpoints and lookback -------------------------------------------------------
+
+HEAD = (Message.system("You are an agent."), Message.user("x" * 8_000))  # past 1,024 tokens
+
+
+def results(count: int, start: int = 0) -> list[Message]:
+    """``count`` tool results: one content block each."""
+    return [Message.tool(f"r{n}", f"result {n}") for n in range(start, start + count)]
+
+
+def prefix(messages: Sequence[Message], counter: FixedTokenCounter) -> int:
+    return sum(counter.count_message(m) for m in messages)
+
+
+@pytest.mark.parametrize(
+    ("behind", "read"),
+    [(3, True), (19, True), (20, False), (30, False)],
+    ids=["3-blocks", "19-blocks", "20-blocks", "30-blocks"],
+)
+def test_anthropic_reads_an_earlier_entry_only_within_twenty_blocks_of_a_breakpoint(
+    econ: ModuleType, counter: FixedTokenCounter, behind: int, read: bool
+) -> None:
+    """The entry ends ``behind`` blocks before this request's only breakpoint (its own block)."""
+    cache = econ.ledger.AnthropicCache(counter)
+    first = cache.send(HEAD, [1])
+    assert (first.read, first.written) == (0, prefix(HEAD, counter))
+    prompt = (*HEAD, *results(behind))
+    use = cache.send(prompt, [len(prompt) - 1])
+    cached = prefix(HEAD, counter) if read else 0
+    assert use.read == cached
+    assert use.written == prefix(prompt, counter) - cached
+
+
+def test_an_anthropic_prefix_below_the_minimum_is_neither_written_nor_read(
+    econ: ModuleType, counter: FixedTokenCounter
+) -> None:
+    cache = econ.ledger.AnthropicCache(counter)
+    short = (Message.system("You are an agent."), Message.user("Fix the bug."))
+    assert prefix(short, counter) < 1_024
+    for _ in range(2):
+        use = cache.send(short, [1])
+        assert (use.read, use.written) == (0, 0)
+
+
+def test_a_shared_prefix_ending_where_no_request_had_a_breakpoint_is_not_read_by_anthropic(
+    econ: ModuleType, counter: FixedTokenCounter
+) -> None:
+    """A rewrite inside the history (a masked result): OpenAI reads up to it, Anthropic nothing."""
+    before = (*HEAD, *results(5))
+    masked = (*HEAD, Message.tool("r0", "[omitted]"), *results(4, start=1), *results(1, start=5))
+    costs = econ.ledger.account([(before, before), (masked, masked)], 99_999, counter)
+    assert costs[1].reused == prefix(HEAD, counter)  # the previous prompt's leading messages
+    assert costs[1].anthropic_read == 0  # the system prompt alone is below the minimum
+    assert costs[1].anthropic_written == prefix(masked, counter)
+    appended = (*before, *results(2, start=5))
+    grown = econ.ledger.account([(before, before), (appended, appended)], 99_999, counter)
+    assert grown[1].anthropic_read == prefix(before, counter)
+    assert econ.ledger.prompt_dollars(costs, "anthropic") > econ.ledger.prompt_dollars(
+        grown, "anthropic"
+    )
+
+
+def test_the_engine_breakpoint_on_its_checkpoint_is_read_however_far_the_last_one_moved(
+    econ: ModuleType, counter: FixedTokenCounter
+) -> None:
+    """``cache_breakpoints=True`` marks the checkpoint; the careful user's placement cannot."""
+    checkpoint = ContextSummary(summary="The agent fixed the parser. " * 200)
+    head = (Message.system("You are an agent."), checkpoint)
+    first, later = (*head, *results(2)), (*head, *results(32))
+    place = econ.ledger.engine_placement(counter)
+    assert place(first) == (1, 3)  # the system prompt alone is below the minimum
+    engine = econ.ledger.account([(first, first), (later, later)], 99_999, counter, place)
+    assert engine[1].anthropic_read == prefix(head, counter)
+    user = econ.ledger.account([(first, first), (later, later)], 99_999, counter)
+    assert econ.ledger.system_and_last(later) == (0, len(later) - 1)
+    assert user[1].anthropic_read == 0
+
+
+def test_a_summary_request_is_read_from_the_anthropic_cache_at_its_place_among_the_calls(
+    econ: ModuleType, counter: FixedTokenCounter
+) -> None:
+    """The lead keeps the view's breakpoints inside it: here the checkpoint's, so that is read."""
+    checkpoint = ContextSummary(summary="The agent fixed the parser. " * 200)
+    view = (Message.system("You are an agent."), checkpoint, *results(4))
+    lead = view[:-1]
+    place = econ.ledger.engine_placement(counter)
+
+    def request(after_calls: int) -> Any:
+        reusing = econ.ledger.prompt_tokens(lead, counter) + 100
+        return econ.ledger.SummaryRequestCost(
+            apart_tokens=5_000,
+            reusing_tokens=reusing,
+            reused_tokens=prefix(lead, counter),
+            instruction_tokens=100,
+            output_tokens=200,
+            lead=lead,
+            view=view,
+            after_calls=after_calls,
+        )
+
+    _, (early, late) = econ.ledger.account_session(
+        [(view, view)], 99_999, counter, place, [request(0), request(1)]
+    )
+    assert (early.anthropic_read, late.anthropic_read) == (0, prefix(view[:2], counter))
+    assert late.anthropic_written == 0  # the lead's last breakpoint is the checkpoint's
+    plain = late.reusing_tokens - late.anthropic_read
+    assert late.cost("anthropic", reuse=True) == pytest.approx(
+        late.anthropic_read * 0.1 + plain + 200 * 5.0
+    )
+    assert early.cost("anthropic", reuse=True) > late.cost("anthropic", reuse=True)
+
+
+@pytest.mark.parametrize(
+    ("shared", "hit"),
+    [(1_000, 0), (1_024, 1_024), (1_151, 1_024), (1_152, 1_152), (20_000, 19_968)],
+)
+def test_openai_reads_a_shared_prefix_from_1024_tokens_in_128_token_steps(
+    econ: ModuleType, shared: int, hit: int
+) -> None:
+    assert econ.ledger.automatic_hit(econ.ledger.CACHE_PRICING["openai"], shared) == hit
 
 
 def test_a_view_that_splits_a_tool_pair_is_counted_once_per_orphan(econ: ModuleType) -> None:
@@ -493,3 +617,44 @@ def test_a_quick_run_writes_the_results_the_section_and_the_chart(
     assert page.startswith("# Benchmarks\n\nsteady state\n")
     assert "](img/e.svg)" in page
     ET.fromstring(svg.read_text("utf-8"))
+
+
+def test_the_engines_breakpoints_let_anthropic_read_up_to_the_clearing_frontier(
+    econ: ModuleType, counter: FixedTokenCounter
+) -> None:
+    """A cost-aware clearing far behind the last breakpoint still reads the prefix before it.
+
+    The engine (``cache_breakpoints=True``) marks the message before the
+    oldest result a clearing may rewrite; when the next request clears it,
+    Anthropic's cache serves everything up to that message.
+    """
+    from context_engine import ContextEngine
+    from context_engine.formats.breakpoints import marked, unmarked
+    from context_engine.strategies import ToolResultMicrocompact
+    from context_engine.structure import CLEARED_KEY
+
+    def step(n: int, lines: int) -> list[Message]:
+        call = ToolCall(f"c{n}", "read_file", f'{{"path": "f{n}.py"}}')
+        return [
+            Message.assistant(f"reading f{n}", tool_calls=[call]),
+            Message.tool(call.id, "x\n" * lines),
+        ]
+
+    notes = [Message.assistant("notes " * 4_000) for _ in range(4)]  # about 24,000 tokens
+    first = [Message.system("You fix bugs."), Message.user("Fix it."), *notes, *step(0, 6_000)]
+    first += [m for n in range(1, 5) for m in step(n, 200)]
+    agent = ContextEngine(
+        100_000,
+        [ToolResultMicrocompact()],
+        token_counter=counter,
+        pricing="anthropic",
+        cost_aware=True,
+        cache_breakpoints=True,
+    )
+    cache = econ.ledger.AnthropicCache(counter)
+    for transcript in (first, first + step(5, 200)):
+        view = agent.project_sync(transcript).messages
+        plain = tuple(unmarked(message) for message in view)
+        use = cache.send(plain, marked(view))
+    assert plain[7].metadata.get(CLEARED_KEY)  # c0's result, after its call at 6
+    assert use.read == sum(counter.count_message(m) for m in plain[:7])

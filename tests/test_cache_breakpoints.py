@@ -43,10 +43,12 @@ def engine(**options: Any) -> ContextEngine:
 
 
 def test_the_engine_places_a_breakpoint_after_the_system_prompt_and_one_at_the_end() -> None:
+    """And one on the clearing frontier: the message before the result a clearing may rewrite."""
     messages = session()
     body = to_anthropic(engine().project_sync(messages).messages, request=True)
-    assert body_breakpoints(body) == [EPHEMERAL, EPHEMERAL]
+    assert body_breakpoints(body) == [EPHEMERAL, EPHEMERAL, EPHEMERAL]
     assert body["system"][-1]["cache_control"] == EPHEMERAL
+    assert body["messages"][1]["content"][-1]["cache_control"] == EPHEMERAL  # its tool_use
     last_block = body["messages"][-1]["content"][-1]
     assert last_block["type"] == "tool_result"
     assert last_block["cache_control"] == EPHEMERAL
@@ -59,7 +61,7 @@ def test_the_stable_prefix_ends_at_the_checkpoint() -> None:
     first = body["messages"][0]["content"]
     assert first[0]["text"].startswith("<context-summary")
     assert first[0]["cache_control"] == EPHEMERAL  # the checkpoint's block, not the task's
-    assert len(body_breakpoints(body)) == 2
+    assert len(body_breakpoints(body)) == 3  # and the clearing frontier, and the end
 
 
 def test_without_the_setting_no_breakpoint_is_added() -> None:
@@ -111,12 +113,12 @@ def test_a_message_ending_in_thinking_gets_no_breakpoint() -> None:
 
 
 def test_a_view_passed_back_as_the_transcript_moves_the_engines_breakpoints() -> None:
-    """An agent that keeps the views it sent still sends two breakpoints, the newest at the end."""
+    """An agent that keeps the views it sent still gets three breakpoints, the newest at the end."""
     agent = engine()
     sent = list(agent.project_sync(session()).messages)
     grown = [*sent, Message.assistant("fixed"), Message.user("thanks, now run the tests")]
     body = to_anthropic(agent.project_sync(grown).messages)
-    assert body_breakpoints(body) == [EPHEMERAL, EPHEMERAL]
+    assert body_breakpoints(body) == [EPHEMERAL, EPHEMERAL, EPHEMERAL]
     assert body["messages"][-1]["content"][-1]["cache_control"] == EPHEMERAL
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from context_engine import ContextEngine, Message
 from context_engine.errors import ConfigurationError
+from context_engine.formats.breakpoints import breakpoints_of, cached_prefix
 from context_engine.invariants import check_view
 from context_engine.messages import TextBlock, ThinkingBlock, ToolCall
 from context_engine.pricing import CACHE_PRICING
@@ -242,6 +243,79 @@ def test_cost_aware_views_fit_and_keep_the_invariants_over_a_long_session() -> N
             if result.commit is not None:
                 transcript = list(result.commit)
         transcript.append(message)
+
+
+# -- a cache written at breakpoints (Anthropic) -------------------------------------------------
+
+
+def behind_a_long_prefix() -> tuple[list[Message], list[Message]]:
+    """A large result c0 behind 24,000 tokens of notes, and the session one step later.
+
+    In the first, c0 is among the five newest calls; in the second it may be cleared.
+    """
+    notes = [Message.assistant("notes " * 4_000) for _ in range(4)]  # about 24,000 tokens
+    head = [Message.system("You fix bugs."), Message.user("Fix it."), *notes]
+    first = head + step(0, 3_000) + [m for n in range(1, 5) for m in step(n, 200)]
+    return first, first + step(5, 200)
+
+
+@pytest.mark.parametrize(("lookback", "clears"), [(None, True), (20, False)])
+def test_on_anthropic_a_rewrite_behind_the_last_breakpoint_is_priced_as_a_full_cache_write(
+    lookback: int | None, clears: bool
+) -> None:
+    """Without the engine's breakpoints, clearing c0 re-writes all after the system prompt.
+
+    A prefix cache (``breakpoint_lookback_blocks=None``) would keep the notes
+    cached and the clearing would pay; Anthropic's cache, read only at the
+    previous request's breakpoints (assumed after the system prompt and at
+    the end), keeps none of them, and the 24,000 tokens written again at
+    1.25x outweigh what clearing c0 saves.
+    """
+    pricing = attrs.evolve(CACHE_PRICING["anthropic"], breakpoint_lookback_blocks=lookback)
+    agent = engine(pricing=pricing)
+    first, grown = behind_a_long_prefix()
+    assert not agent.project_sync(first).changed
+    result = agent.project_sync(grown)
+    assert result.changed is clears
+    assert cleared(result.messages) == (["c0"] if clears else [])
+
+
+def test_the_engine_marks_the_clearing_frontier_so_the_next_clearing_keeps_its_prefix_cached() -> (
+    None
+):
+    """With ``cache_breakpoints=True`` a breakpoint sits just before c0: clearing c0 pays.
+
+    The request before the clearing wrote a cache entry up to the frontier
+    (the assistant message that called c0); the clearing request carries a
+    breakpoint within Anthropic's 20-block lookback after it, so only what
+    follows the frontier is written again, and the event prices it so.
+    """
+    agent = engine(cache_breakpoints=True)
+    first, grown = behind_a_long_prefix()
+    frontier = 6  # the assistant message whose call c0 answers, after the notes
+    before = agent.project_sync(first)
+    assert not before.changed
+    assert breakpoints_of(before.messages[frontier])
+    result = agent.project_sync(grown)
+    assert cleared(result.messages) == ["c0"]
+    assert result.event is not None
+    assert result.event.cost is not None
+    after_frontier = sum(COUNTER.count_message(m) for m in first[frontier + 1 :])  # about 3,400
+    assert result.event.prefix_reused_tokens > 24_000  # the notes are still read
+    assert 0 < result.event.cost.invalidated_tokens < after_frontier + 100
+    # The cleared view's frontier moved to the call of c1, and it is marked in turn.
+    assert breakpoints_of(result.messages[frontier + 2])
+    assert cleared(result.messages[: frontier + 1]) == []
+
+
+def test_a_breakpoint_cache_serves_only_an_entry_its_lookback_reaches() -> None:
+    """An entry 20 or more blocks behind every breakpoint of the request is not read."""
+    view = [Message.system("rules"), *(Message.user(f"turn {n}") for n in range(30))]
+    assert cached_prefix(view, 31, [5], [24], 20) == 6  # 19 blocks after the entry
+    assert cached_prefix(view, 31, [5], [25], 20) == 0  # 20 blocks after it
+    assert cached_prefix(view, 31, [5, 20], [25], 20) == 21  # the deepest one reached
+    assert cached_prefix(view, 10, [5, 20], [24], 20) == 6  # 20 is past the shared prefix
+    assert cached_prefix(view, 31, [5], [25], None) == 31  # a prefix cache: all it shares
 
 
 # -- settings -----------------------------------------------------------------------------------

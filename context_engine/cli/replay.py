@@ -28,6 +28,7 @@ from context_engine.cli._excerpt import replacement_excerpt
 from context_engine.cli._records import CallRecord, ReplayReport, ReplayTotals, RewriteRecord
 from context_engine.engine import ContextEngine
 from context_engine.events import RewriteEvent
+from context_engine.formats.breakpoints import unmarked
 from context_engine.formats.diagnostics import cache_miss_of
 from context_engine.invariants import check_view
 from context_engine.messages import Message
@@ -196,7 +197,8 @@ class _Run:
                     self.problems.append(f"{where}: strategy {step.name!r} failed: {step.error}")
 
     def _verify(self, where: str, given: tuple[Message, ...], view: Sequence[Message]) -> None:
-        for problem in check_view(given, strip_provided(view)):
+        sent = tuple(unmarked(message) for message in view)  # breakpoints are not content
+        for problem in check_view(given, strip_provided(sent)):
             self.problems.append(f"{where}: {problem}")
         if self.check is not None:
             self.check(given, view)
@@ -221,6 +223,7 @@ def replay(
     overhead_tokens: int = 0,
     keep_recent_tokens: int | None = None,
     pricing: CachePricing | str | None = None,
+    cache_breakpoints: bool = False,
 ) -> ReplayReport:
     """Replay ``messages`` through a fresh engine, one LLM call per assistant message.
 
@@ -246,6 +249,8 @@ def replay(
             with trim-last under this provider's prompt cache (`ReplayReport.cost`):
             a `CachePricing` or a family of `CACHE_PRICING`. The engine gets it
             too, so rewrite events carry their cost.
+        cache_breakpoints: The engine places its Anthropic cache breakpoints on
+            the views (``ContextEngine(cache_breakpoints=True)``).
 
     Raises:
         CliError: ``full_summary`` is listed without a summarizer.
@@ -268,6 +273,7 @@ def replay(
         session_id=session_id,
         providers=providers,
         pricing=pricing,
+        cache_breakpoints=cache_breakpoints,
     )
     run = _Run(engine=engine, original=tuple(messages), check=check, events=events)
     run.baselines = Baselines(engine.counter, engine.threshold, engine.overhead_tokens)

@@ -13,8 +13,14 @@ goes with its message.
 
 `place_breakpoints` is the engine's own placement (``cache_breakpoints=True``):
 one breakpoint after the stable prefix (the leading system messages and the
-checkpoint that follows them) and one on the view's last message, within
-the four a request may carry once the caller's own are counted.
+checkpoint that follows them), one on the view's last message, one on the
+clearing frontier (the last message before anything a later clearing may
+rewrite, so that clearing still reads everything before it) and, when none
+of those is close enough behind it, one on the previous request's breakpoint
+this view still starts with, within the four a request may carry once the
+caller's own are counted. `cached_prefix` says how much of a view such a
+cache serves: Anthropic reads only an entry an earlier request wrote at one
+of its breakpoints, found within ``lookback`` blocks of one of this request's.
 """
 
 from __future__ import annotations
@@ -34,9 +40,13 @@ __all__ = [
     "MAX_BREAKPOINTS",
     "body_breakpoints",
     "breakpoints_of",
+    "cached_prefix",
     "keep_breakpoints",
+    "marked",
     "place_breakpoints",
+    "request_blocks",
     "stable_prefix_end",
+    "unmarked",
 ]
 
 ENGINE_BREAKPOINT_KEY = "context_engine.breakpoint"
@@ -166,7 +176,7 @@ def _marked(message: Message) -> Message:
     return attrs.evolve(message, metadata=meta)
 
 
-def _unmarked(message: Message) -> Message:
+def unmarked(message: Message) -> Message:
     """``message`` as it was before the engine gave it a breakpoint."""
     before = message.metadata.get(ENGINE_BREAKPOINT_KEY)
     if not isinstance(before, Mapping):
@@ -186,6 +196,9 @@ def place_breakpoints(
     *,
     limit: int = MAX_BREAKPOINTS,
     min_tokens: int = 0,
+    frontier: int | None = None,
+    anchor: int | None = None,
+    lookback: int | None = None,
 ) -> tuple[Message, ...]:
     """``view`` with the engine's Anthropic breakpoints: after the stable prefix, at the end.
 
@@ -204,14 +217,95 @@ def place_breakpoints(
         prefix_tokens: Tokens of ``view[: index + 1]``.
         limit: Breakpoints the request may carry.
         min_tokens: The model's minimum cacheable prefix.
+        frontier: The clearing frontier: the last message before the first one a
+            later clearing may rewrite. It gets the third breakpoint (or the
+            nearest message before it that can carry one), so the cache entry
+            there survives that clearing.
+        anchor: The previous request's deepest breakpoint this view still
+            starts with (after a rewrite behind its last one). It gets the
+            fourth breakpoint when no other lies within ``lookback`` blocks
+            after it, so this request still reads the entry written there.
+        lookback: Blocks the provider looks back from a breakpoint for an entry.
     """
-    out = [_unmarked(message) for message in view]
+    out = [unmarked(message) for message in view]
     room = limit - sum(len(breakpoints_of(message)) for message in out)
-    wanted = [len(out) - 1, stable_prefix_end(out)]
-    for index in dict.fromkeys(wanted):  # the last message first; each index once
-        if room <= 0 or index < 0:
-            continue
-        if _takes_breakpoint(out[index]) and prefix_tokens(index) >= min_tokens:
-            out[index] = _marked(out[index])
-            room -= 1
+
+    def take(index: int) -> bool:
+        nonlocal room
+        if room <= 0 or not 0 <= index < len(out) or not _takes_breakpoint(out[index]):
+            return False
+        if prefix_tokens(index) < min_tokens:
+            return False
+        out[index] = _marked(out[index])
+        room -= 1
+        return True
+
+    stable = stable_prefix_end(out)
+    take(len(out) - 1)  # the last message first: it caches the whole prompt
+    take(stable)
+    if frontier is not None and stable < frontier < len(out) - 1:
+        # The nearest message at or before the frontier that can carry one (none may be needed).
+        index = frontier
+        while index > stable and not breakpoints_of(out[index]) and not take(index):
+            index -= 1
+    if (
+        anchor is not None
+        and lookback is not None
+        and 0 <= anchor < len(out)
+        and not _reaches(out, marked(out), anchor, lookback)
+    ):
+        take(anchor)
     return tuple(out)
+
+
+def request_blocks(message: Message) -> int:
+    """Content blocks ``message`` makes in an Anthropic request (a tool result is one).
+
+    Its content blocks and its ``tool_use`` blocks; at least one.
+    """
+    if message.role == "tool":
+        return 1
+    return max(1, len(message.content) + len(message.tool_calls))
+
+
+def marked(view: Sequence[Message]) -> tuple[int, ...]:
+    """Indices of the messages of ``view`` that carry a breakpoint, ascending."""
+    return tuple(index for index, message in enumerate(view) if breakpoints_of(message))
+
+
+def _reaches(view: Sequence[Message], marks: Sequence[int], entry: int, lookback: int) -> bool:
+    """Whether a breakpoint in ``marks`` finds an entry ending at ``entry`` within ``lookback``."""
+    blocks = 0
+    ahead = set(marks)
+    for index in range(entry, len(view)):
+        if index > entry:
+            blocks += request_blocks(view[index])
+        if blocks >= lookback:
+            return False
+        if index in ahead:
+            return True
+    return False
+
+
+def cached_prefix(
+    view: Sequence[Message],
+    shared: int,
+    previous_marks: Sequence[int],
+    marks: Sequence[int],
+    lookback: int | None,
+) -> int:
+    """Leading messages of ``view`` a breakpoint cache serves, as Anthropic's reads them.
+
+    The previous request wrote an entry at each of ``previous_marks``; ``view``
+    shares its first ``shared`` messages with that request and carries
+    breakpoints at ``marks``. It reads the longest entry within the shared
+    prefix that one of its own breakpoints finds looking back ``lookback``
+    blocks (the breakpoint's own block included). ``lookback`` None is a
+    prefix cache: the whole shared prefix is served.
+    """
+    if lookback is None:
+        return shared
+    for entry in sorted(previous_marks, reverse=True):
+        if 0 <= entry < shared and _reaches(view, marks, entry, lookback):
+            return entry + 1
+    return 0
