@@ -134,7 +134,9 @@ class TruncationFold:
                 return cut  # nothing dropped: only the newest user message was trimmed
             if limit < least:
                 break
-            folded, removed, checkpoint = await self._fold(view, head, cut, dropped, budget, limit)
+            folded, removed, checkpoint = await self._fold(
+                transcript, view, head, cut, dropped, budget, limit
+            )
             tokens = budget.measure(folded)
             if tokens <= budget.threshold:
                 info = _info(view, folded, head, dropped, budget.tokens, tokens, checkpoint)
@@ -178,7 +180,9 @@ class TruncationFold:
         cut dropped is summarized, not lost, once later views have room again.
         """
         limit = self.writer.checkpoint_limit(budget.threshold)
-        folded, removed, checkpoint = await self._fold(view, head, cut, dropped, budget, limit)
+        folded, removed, checkpoint = await self._fold(
+            transcript, view, head, cut, dropped, budget, limit
+        )
         tokens = budget.measure(folded)
         last = await self.truncate.apply(transcript, folded, attrs.evolve(budget, tokens=tokens))
         if last.applied:
@@ -197,6 +201,7 @@ class TruncationFold:
 
     async def _fold(
         self,
+        transcript: Sequence[Message],
         view: tuple[Message, ...],
         head: _Head,
         cut: StrategyResult,
@@ -204,15 +209,26 @@ class TruncationFold:
         budget: Budget,
         limit: int,
     ) -> tuple[tuple[Message, ...], tuple[Removal, ...], ContextSummary]:
-        """The cut view with its marker (and the old checkpoint) replaced by one checkpoint."""
+        """The cut view with its marker (and the old checkpoint) replaced by one checkpoint.
+
+        The checkpoint is written from the originals in ``transcript`` of what
+        earlier strategies of the call shortened, as a summary's is.
+        """
         history, prefix = head.split(view, dropped)
         previous = view[head.lead] if head.slot > head.lead else None
         removal = Removal("messages", (*view[head.lead : head.start], *dropped))
-        checkpoint = await self.writer.write_checkpoint(
-            history, prefix, previous, budget, removal, limit=limit
-        )
         # After the marker the truncation left (its last resort may have dropped the head).
         kept = cut.messages[_Head.of(cut.messages).start :]
+        checkpoint = await self.writer.write_checkpoint(
+            history,
+            prefix,
+            previous,
+            budget,
+            removal,
+            limit=limit,
+            transcript=transcript,
+            kept=kept,
+        )
         others = tuple(r for r in cut.removed if r.kind != "messages")
         return (*view[: head.lead], checkpoint, *kept), (removal, *others), checkpoint
 

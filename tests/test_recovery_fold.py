@@ -1,0 +1,65 @@
+"""The recovery's folds: what a cut drops is written into the checkpoint from its originals."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+
+from context_engine.messages import Message, TextBlock, ToolCall
+from context_engine.recovery import recovery_strategies
+from context_engine.strategies import FullSummary, HardTruncate
+from context_engine.strategies.base import Budget
+from context_engine.structure import CLEARED_KEY
+from context_engine.summarize.extractive import ExtractiveSummarizer
+from context_engine.testing import FixedTokenCounter
+
+COUNTER = FixedTokenCounter()
+FAILURE = "AssertionError: expected 3 rows, got 2"
+
+
+def measure(messages: Sequence[Message]) -> int:
+    return sum(COUNTER.count_message(m) for m in messages)
+
+
+def session() -> list[Message]:
+    messages = [Message.system("You fix bugs."), Message.user("Make the row count right.")]
+    for n in range(8):
+        command = f"pytest tests/test_rows.py -k case{n}"
+        output = "collected 1 item\n" + "noise line\n" * 60
+        if n == 0:
+            output += f"E   {FAILURE}\n1 failed in 0.1s\nexit code 1"
+        messages += [
+            Message.assistant(
+                tool_calls=[ToolCall(f"c{n}", "bash", f'{{"command": "{command}"}}')]
+            ),
+            Message.tool(f"c{n}", output),
+        ]
+    return [*messages, Message.user("And now?"), Message.assistant("Looking.")]
+
+
+async def test_a_recovery_fold_writes_the_checkpoint_from_the_originals_of_cleared_results() -> (
+    None
+):
+    transcript = session()
+    failing = transcript[3]
+    cleared = attrs.evolve(
+        failing, content=(TextBlock("[result cleared]"),), metadata={CLEARED_KEY: True}
+    )
+    view = tuple(cleared if m is failing else m for m in transcript)
+    threshold = measure(view) // 2
+    budget = Budget(
+        tokens=measure(view),
+        window=threshold * 2,
+        threshold=threshold,
+        counter=COUNTER,
+        measure=measure,
+        reason="overflow",
+    )
+    writer = FullSummary(summarizer=ExtractiveSummarizer())
+    (digest, _) = recovery_strategies([HardTruncate()], [writer], summary_failed=True)
+    result = await digest.apply(transcript, view, budget)
+    assert result.applied
+    assert result.info is not None
+    checkpoint = next(m for m in result.messages if m.is_summary)
+    assert FAILURE in checkpoint.text
