@@ -685,7 +685,8 @@ async def test_the_newest_tool_results_are_capped_when_nothing_else_is_left() ->
         assert "tokens" in capped.text  # the preview names the original's size
 
 
-async def test_the_checkpoint_trim_keeps_the_user_instructions_section_longest() -> None:
+def instructed_checkpoint() -> tuple[str, ContextSummary]:
+    """A long checkpoint opened by the user's instructions section, and that section."""
     section = "<user-instructions>\nTask statement (the first request):\nFix the parser.\n"
     section += "Constraints the user stated (verbatim):\n- Never change the public API.\n"
     section += "</user-instructions>\n\n"
@@ -694,6 +695,11 @@ async def test_the_checkpoint_trim_keeps_the_user_instructions_section_longest()
         tokens_before=5000,
         read_files=tuple(f"src/module_{n}.py" for n in range(20)),
     )
+    return section, checkpoint
+
+
+async def test_the_checkpoint_trim_keeps_the_user_instructions_section_longest() -> None:
+    section, checkpoint = instructed_checkpoint()
     transcript = [checkpoint, Message.user("go on"), Message.assistant("on it")]
     counter = FixedTokenCounter()
     after_section = counter.count_message(
@@ -734,14 +740,7 @@ async def test_a_recovery_caps_again_a_committed_preview_in_the_protected_tail()
 async def test_a_recovery_below_every_view_keeps_the_checkpoint_instructions() -> None:
     """A recovery's target can be a guess far below the real threshold: the checkpoint's
     text is cut, its file lists too, but the goal and constraints stay for the retry."""
-    section = "<user-instructions>\nTask statement (the first request):\nFix the parser.\n"
-    section += "Constraints the user stated (verbatim):\n- Never change the public API.\n"
-    section += "</user-instructions>\n\n"
-    checkpoint = ContextSummary(
-        summary=section + " ".join(["ran the tests, all green"] * 80),
-        tokens_before=5000,
-        read_files=tuple(f"src/module_{n}.py" for n in range(20)),
-    )
+    section, checkpoint = instructed_checkpoint()
     view = [checkpoint, Message.user("go on"), Message.assistant("on it")]
     counter = FixedTokenCounter()
     budget = attrs.evolve(budget_for(view, counter, 10), reason="overflow")
