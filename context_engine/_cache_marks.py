@@ -7,6 +7,9 @@ and the cost-aware engine prices a rewrite by what the provider's cache
 would really serve (`served_tokens`): under a pricing with
 ``breakpoint_lookback_blocks`` only the prefix up to the previous request's
 last breakpoint before the first change, not the whole shared prefix.
+The usage the engine reports (`ContextUsage.cache`) and the cost on its
+rewrite events (`RewriteEvent.cost`) are priced by the same rule
+(`cache_reads`).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from context_engine.strategies.microcompact import ToolResultMicrocompact
 from context_engine.structure import CLEARED_KEY, analyze
 from context_engine.tokens import TokenCounter
 
-__all__ = ["clearing_frontier", "request_view", "served_tokens"]
+__all__ = ["cache_reads", "clearing_frontier", "request_view", "served_tokens"]
 
 
 def clearing_frontier(
@@ -124,3 +127,32 @@ def served_tokens(
     else:
         before, marks = _assumed(last.view), _assumed(view)
     return meter.prefix_tokens(view, cached_prefix(view, shared, before, marks, lookback))
+
+
+def cache_reads(
+    settings: Settings,
+    meter: Meter,
+    session: Session,
+    transcript: tuple[Message, ...],
+    view: tuple[Message, ...],
+) -> tuple[int, int]:
+    """What the cache would serve of the call's prompt unrewritten, and what it serves of ``view``.
+
+    Asked before the session remembers ``view``. The second number is
+    `served_tokens` of ``view``. The first is what a rewrite of the call's
+    input gives up: on a prefix cache all the last view holds (its estimate;
+    a prompt that starts with it reads it whole); on a breakpoint cache,
+    `served_tokens` of the prompt the engine would send without a rewrite
+    (the last projected view plus the new messages, `Session.extension`, or
+    ``transcript``), which reads only up to an entry one of its own
+    breakpoints reaches.
+    """
+    served = served_tokens(settings, meter, session, view)
+    last = session.last
+    if last is None:
+        return 0, served
+    pricing = settings.pricing
+    if pricing is None or pricing.breakpoint_lookback_blocks is None:
+        return last.estimate.tokens, served
+    unrewritten = session.extension(transcript) or transcript
+    return served_tokens(settings, meter, session, unrewritten), served

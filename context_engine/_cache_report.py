@@ -16,11 +16,14 @@ if TYPE_CHECKING:
 __all__ = ["priced"]
 
 
-def priced(event: RewriteEvent, call: Call, cached_before: int) -> RewriteEvent:
+def priced(event: RewriteEvent, call: Call, cached_before: int, served: int) -> RewriteEvent:
     """``event`` with its `RewriteCost` (under the engine's pricing) and the last cache miss.
 
-    ``cached_before`` is the previous view's size: what the provider's cache
-    held for this conversation before the call.
+    ``cached_before`` is what the provider's cache would serve of the call's
+    input sent unrewritten, ``served`` what it serves of the view
+    (`context_engine._cache_marks.cache_reads`: on a prefix cache the last
+    view's size and the shared prefix; on a breakpoint cache only up to an
+    entry a breakpoint reaches).
     """
     pricing = call.settings.pricing
     cost = None
@@ -28,7 +31,7 @@ def priced(event: RewriteEvent, call: Call, cached_before: int) -> RewriteEvent:
         cost = rewrite_cost(
             pricing,
             cached_before=cached_before,
-            reused_tokens=event.prefix_reused_tokens,
+            reused_tokens=served,
             saved_tokens=event.tokens_before - event.tokens_after,
             reasoning_tokens_dropped=event.reasoning_tokens_dropped,
         )

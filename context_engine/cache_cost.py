@@ -22,7 +22,8 @@ class CacheEstimate:
 
     Attributes:
         cached_tokens: Prompt tokens expected to be read from the cache (the
-            prefix shared with the previous call, when long enough to be cached).
+            prefix the provider's cache serves after the previous call, when long
+            enough to be cached).
         uncached_tokens: The rest, billed as cache writes (or plain input).
         cost: The prompt's cost in input-token units.
         dollars: ``cost`` in dollars, or None without a price.
@@ -82,7 +83,7 @@ class RewriteCost:
 def estimate_call(
     pricing: CachePricing, tokens: int, reused_tokens: int, model: str | None = None
 ) -> CacheEstimate:
-    """The cache split and cost of a ``tokens`` prompt sharing ``reused_tokens`` with the last.
+    """The cache split and cost of a ``tokens`` prompt the cache serves ``reused_tokens`` of.
 
     A shared prefix below the model's minimum cacheable length (``model``, or
     the pricing's own model) is not cached.
@@ -118,9 +119,10 @@ def rewrite_cost(
 
     Args:
         pricing: The provider family's rules and prices.
-        cached_before: Tokens the cache held for this prompt's prefix before the
-            rewrite (the previous call's prompt).
-        reused_tokens: Tokens the rewritten prompt still shares with it.
+        cached_before: Tokens the cache would serve of this prompt without the
+            rewrite (on a prefix cache: the previous call's prompt).
+        reused_tokens: Tokens the cache serves of the rewritten prompt (the engine
+            prices both by the provider's rule, `context_engine._cache_marks`).
         saved_tokens: Tokens the rewrite removed.
         reasoning_tokens_dropped: Reasoning dropped because its prefix changed.
         remaining_calls: Calls left to profit from the saving; None uses the

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 
 from context_engine._aio import call_hook
-from context_engine._cache_marks import request_view
+from context_engine._cache_marks import cache_reads, request_view, served_tokens
 from context_engine._cache_report import priced
 from context_engine._settings import Settings
 from context_engine._transcript import recovery_target
@@ -288,7 +288,8 @@ async def finish(
         and not outcome.reused
     ):
         # The common case (a `project` that fits): the input is the new baseline, no report.
-        usage = _remember(call, outcome, call.estimate, None, desk)
+        served = _served(call, desk.session, outcome.view)
+        usage = _remember(call, outcome, call.estimate, None, desk, served)
         if usage.cache is not None:
             _count_cost(call, usage.cache, desk)
         messages = _with_breakpoints(call, outcome.view, desk, previous, previous_marks)
@@ -302,8 +303,12 @@ async def finish(
     view_estimate = desk.meter.estimate_outcome(
         call.transcript, call.estimate, outcome.view, outcome.tokens
     )
-    cached_before = desk.session.last.estimate.tokens if desk.session.last else 0
-    usage = _remember(call, outcome, view_estimate, commit, desk)
+    cached_before, served = 0, 0
+    if call.settings.pricing is not None:
+        cached_before, served = cache_reads(
+            call.settings, call.meter, desk.session, call.transcript, outcome.view
+        )
+    usage = _remember(call, outcome, view_estimate, commit, desk, served)
     if usage.cache is not None:
         _count_cost(call, usage.cache, desk)
     view, trace = _assembled(call, outcome, desk)
@@ -316,7 +321,7 @@ async def finish(
     if not outcome.reused and _worth_an_event(call, outcome, usage, futile):
         floor_tokens = (floor or 0) if futile else 0
         event = _event(call, outcome, usage, commit, desk.session, floor_tokens, view, trace)
-        event = priced(event, call, cached_before)
+        event = priced(event, call, cached_before, served)
         _count_break(call, event, desk)
         _log(event)
         label = "on_recover" if call.operation == "recover_overflow" else f"on_{call.operation}"
@@ -358,6 +363,13 @@ def _assembled(
     if call.assembly is None:
         return outcome.view, AssemblyTrace(decisions=rewrites)
     return call.assembly.finish(outcome.view, rewrites)
+
+
+def _served(call: Call, session: Session, view: tuple[Message, ...]) -> int:
+    """Tokens of ``view`` the provider's cache serves (`served_tokens`); 0 without pricing."""
+    if call.settings.pricing is None:
+        return 0
+    return served_tokens(call.settings, call.meter, session, view)
 
 
 def _count_cost(call: Call, cache: CacheEstimate, desk: Desk) -> None:
@@ -458,8 +470,12 @@ def _remember(
     view_estimate: UsageEstimate,
     commit: tuple[Message, ...] | None,
     desk: Desk,
+    served: int,
 ) -> ContextUsage:
-    """Make the call's view the session's last view (a forced no-op leaves it); return its usage."""
+    """Make the call's view the session's last view (a forced no-op leaves it); return its usage.
+
+    ``served``: tokens of the view the provider's cache serves (`served_tokens`).
+    """
     scope: Scope | None
     if outcome.changed:
         if call.operation == "project":
@@ -484,13 +500,21 @@ def _remember(
                 reused,
             )
         )
-    return usage_of(view_estimate, call, stable, reused)
+    return usage_of(view_estimate, call, stable, reused, served)
 
 
 def usage_of(
-    estimate: UsageEstimate, call: Call, stable: bool | None = None, reused: int = 0
+    estimate: UsageEstimate,
+    call: Call,
+    stable: bool | None = None,
+    reused: int = 0,
+    served: int = 0,
 ) -> ContextUsage:
-    """The `ContextUsage` of a view estimated at ``estimate`` in ``call``."""
+    """The `ContextUsage` of a view estimated at ``estimate`` in ``call``.
+
+    ``reused`` is what the view shares with the last one; ``served`` what of
+    it the provider's cache serves (`served_tokens`), which the cache estimate reads.
+    """
     pricing = call.settings.pricing
     return ContextUsage(
         tokens=estimate.tokens,
@@ -500,7 +524,7 @@ def usage_of(
         trailing_tokens=estimate.trailing_tokens,
         prefix_stable=stable,
         prefix_reused_tokens=reused,
-        cache=None if pricing is None else estimate_call(pricing, estimate.tokens, reused),
+        cache=None if pricing is None else estimate_call(pricing, estimate.tokens, served),
     )
 
 

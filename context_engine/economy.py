@@ -27,6 +27,8 @@ request's breakpoint before the first change, so a clearing behind the last
 breakpoint is priced as writing everything after the one before it again.
 With ``cache_breakpoints=True`` the engine keeps a breakpoint on the clearing
 frontier, so a clearing re-writes only what follows the cleared region.
+The engine's usage report (`ContextUsage.cache`) and the cost on its rewrite
+events (`RewriteEvent.cost`) are priced by the same function.
 """
 
 from __future__ import annotations

@@ -130,7 +130,11 @@ class RewriteEvent:
             would have discarded or rejected them; the model redoes that reasoning).
         cost: What the rewrite costs under the engine's ``pricing`` (cache
             invalidated, reasoning dropped) against what it saves, or None
-            without pricing.
+            without pricing. The cache invalidated is what the provider's cache
+            would serve of the prompt sent unrewritten less what it serves of
+            the view, by the pricing's rule (on Anthropic's breakpoint cache only
+            up to an entry a breakpoint reaches; on a prefix cache the prefix
+            shared with the previous view).
         cache_miss: The provider's cache-miss diagnostic found on the newest
             assistant message (a ``{"type"/"reason", ...}`` dict as sent), or None.
     """
@@ -171,7 +175,11 @@ class ContextUsage:
         prefix_reused_tokens: Tokens of the leading messages shared with the
             previous view (fixed overhead included).
         cache: The prompt's expected cache reads, writes and cost under the
-            engine's ``pricing``, or None without pricing.
+            engine's ``pricing``, or None without pricing. The reads are what the
+            provider's cache serves: on a prefix cache (OpenAI) the prefix shared
+            with the previous view; on Anthropic's (``breakpoint_lookback_blocks``)
+            only up to the previous request's deepest breakpoint that one of this
+            request's reaches, so it can be less than ``prefix_reused_tokens``.
     """
 
     tokens: int

@@ -7,7 +7,7 @@ from typing import Any
 import attrs
 import pytest
 
-from context_engine import ContextEngine, Message
+from context_engine import ContextEngine, Message, ToolCall
 from context_engine.cache_cost import estimate_call, rewrite_cost
 from context_engine.formats.anthropic import from_anthropic, to_anthropic
 from context_engine.formats.breakpoints import body_breakpoints
@@ -195,3 +195,89 @@ def test_the_callers_cache_breakpoints_survive_every_rewrite_that_keeps_their_me
     written = to_anthropic(result.messages)
     assert written != original
     assert body_breakpoints(written) == body_breakpoints(original)
+
+
+# -- the served prefix: what a breakpoint cache reads ------------------------------------------
+
+
+def tool_steps(first: int, count: int, result_tokens: int = 100) -> list[Message]:
+    """``count`` tool calls from number ``first``, each answered by a result of that size."""
+    out: list[Message] = []
+    for n in range(first, first + count):
+        call = ToolCall(f"c{n}", "read_file", f'{{"path": "src/f{n}.py"}}')
+        out += [
+            Message.assistant(f"reading f{n}", tool_calls=[call]),
+            Message.tool(f"c{n}", f"line {n}\n" * (result_tokens // 2)),
+        ]
+    return out
+
+
+HEAD = [Message.system("rules " * 1_000), Message.user("Fix the parser. " * 50)]
+
+
+def growing(family: str, **options: Any) -> ContextEngine:
+    return ContextEngine(
+        100_000, [ToolResultMicrocompact()], token_counter=COUNTER, pricing=family, **options
+    )
+
+
+@pytest.mark.parametrize("family", ["anthropic", "openai"])
+def test_usage_reads_from_the_cache_only_what_the_providers_rule_serves(family: str) -> None:
+    """Twelve tool steps (36 blocks) after the last request's end: Anthropic's lookback misses it.
+
+    Its cache serves only the entry after the system prompt (the breakpoint
+    assumed there), not the whole prefix shared with the last request;
+    OpenAI's prefix cache serves all of it.
+    """
+    agent = growing(family)
+    first = [*HEAD, *tool_steps(0, 2)]
+    agent.project_sync(first)
+    grown = agent.project_sync([*first, *tool_steps(2, 12)])
+    cache = grown.usage.cache
+    assert cache is not None
+    shared = grown.usage.prefix_reused_tokens
+    assert shared == sum(map(COUNTER.count_message, first))
+    if family == "anthropic":
+        assert cache.cached_tokens == COUNTER.count_message(HEAD[0]) < shared
+    else:
+        assert cache.cached_tokens == shared
+
+
+def test_with_the_engines_breakpoints_the_last_requests_entry_stays_in_reach() -> None:
+    """``cache_breakpoints=True`` marks the entry the last request wrote: all of it is read."""
+    agent = growing("anthropic", cache_breakpoints=True)
+    first = [*HEAD, *tool_steps(0, 2)]
+    agent.project_sync(first)
+    grown = agent.project_sync([*first, *tool_steps(2, 12)])
+    assert grown.usage.cache is not None
+    assert grown.usage.cache.cached_tokens == grown.usage.prefix_reused_tokens > 1_024
+
+
+@pytest.mark.parametrize("family", ["anthropic", "openai"])
+def test_a_rewrite_event_counts_the_cache_its_served_prefix_gives_up(family: str) -> None:
+    """Clearing c0 changes the view behind the last breakpoint.
+
+    A prefix cache still reads up to c0; Anthropic's reads only up to the
+    previous request's breakpoint before it (after the system prompt), so
+    the user message and the call of c0 are invalidated too.
+    """
+    agent = ContextEngine(
+        3_000,
+        [ToolResultMicrocompact(keep_recent=0, min_result_tokens=0)],
+        reserve_tokens=500,
+        token_counter=COUNTER,
+        pricing=family,
+    )
+    first = [*HEAD[:1], Message.user("Fix the parser. " * 50), *tool_steps(0, 3)]
+    before = agent.project_sync(first)
+    assert not before.changed
+    result = agent.project_sync([*first, *tool_steps(3, 2, result_tokens=600)])
+    assert result.event is not None
+    assert result.event.cost is not None
+    was_cached = sum(map(COUNTER.count_message, first))
+    assert result.event.prefix_reused_tokens == sum(map(COUNTER.count_message, first[:3]))
+    invalidated = result.event.cost.invalidated_tokens
+    if family == "anthropic":
+        assert invalidated == was_cached - COUNTER.count_message(first[0])
+    else:
+        assert invalidated == before.usage.tokens - result.event.prefix_reused_tokens

@@ -10,7 +10,8 @@ import pytest
 
 from context_engine import ContextEngine, Message
 from context_engine.errors import ConfigurationError
-from context_engine.formats.breakpoints import breakpoints_of, cached_prefix
+from context_engine.formats.anthropic import to_anthropic
+from context_engine.formats.breakpoints import breakpoints_of, cached_prefix, request_blocks
 from context_engine.invariants import check_view
 from context_engine.messages import TextBlock, ThinkingBlock, ToolCall
 from context_engine.pricing import CACHE_PRICING
@@ -316,6 +317,18 @@ def test_a_breakpoint_cache_serves_only_an_entry_its_lookback_reaches() -> None:
     assert cached_prefix(view, 31, [5, 20], [25], 20) == 21  # the deepest one reached
     assert cached_prefix(view, 10, [5, 20], [24], 20) == 6  # 20 is past the shared prefix
     assert cached_prefix(view, 31, [5], [25], None) == 31  # a prefix cache: all it shares
+
+
+def test_the_lookback_counts_a_tool_call_once_as_the_request_carries_it() -> None:
+    """An assistant turn with text and a call is two blocks in the request, not three."""
+    turn = [Message.assistant("reading", tool_calls=[ToolCall("c1", "read_file", "{}")])]
+    (written,) = to_anthropic(turn)["messages"]
+    assert request_blocks(turn[0]) == len(written["content"]) == 2
+    # Six such steps (18 blocks) behind the last message: its entry is still read.
+    view = [Message.system("rules"), Message.user("go"), *step(0, 10)]
+    for n in range(1, 7):
+        view += step(n, 10)
+    assert cached_prefix(view, len(view), [3], [len(view) - 1], 20) == 4
 
 
 # -- settings -----------------------------------------------------------------------------------

@@ -25,7 +25,9 @@ of its breakpoints, found within ``lookback`` blocks of one of this request's.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping, Sequence
+from itertools import compress
 from typing import Any
 
 import attrs
@@ -61,17 +63,21 @@ MAX_BREAKPOINTS = 4
 """Breakpoints an Anthropic request may carry (``CachePricing.max_breakpoints``)."""
 
 _EPHEMERAL: Mapping[str, str] = {"type": "ephemeral"}
+_METADATA = operator.attrgetter("metadata")
 
 
 def breakpoints_of(message: Message) -> list[Mapping[str, Any]]:
     """The ``cache_control`` values ``message`` carries, in block order."""
+    metadata = message.metadata
+    if BLOCKS_KEY not in metadata and TOOL_RESULT_KEY not in metadata:
+        return []  # most messages: asked of every message of a view on every priced call
     found: list[Mapping[str, Any]] = []
-    layout = message.metadata.get(BLOCKS_KEY)
+    layout = metadata.get(BLOCKS_KEY)
     for entry in layout if isinstance(layout, list) else []:
         extra = entry.get("extra") if isinstance(entry, Mapping) else None
         if isinstance(extra, Mapping) and isinstance(extra.get("cache_control"), Mapping):
             found.append(extra["cache_control"])
-    details = message.metadata.get(TOOL_RESULT_KEY)
+    details = metadata.get(TOOL_RESULT_KEY)
     if isinstance(details, Mapping) and isinstance(details.get("cache_control"), Mapping):
         found.append(details["cache_control"])
     return found
@@ -261,16 +267,19 @@ def place_breakpoints(
 def request_blocks(message: Message) -> int:
     """Content blocks ``message`` makes in an Anthropic request (a tool result is one).
 
-    Its content blocks and its ``tool_use`` blocks; at least one.
+    Its content blocks, each ``tool_use`` among them once (a `ToolCall` is a
+    content block); at least one.
     """
     if message.role == "tool":
         return 1
-    return max(1, len(message.content) + len(message.tool_calls))
+    return max(1, len(message.content))
 
 
 def marked(view: Sequence[Message]) -> tuple[int, ...]:
     """Indices of the messages of ``view`` that carry a breakpoint, ascending."""
-    return tuple(index for index, message in enumerate(view) if breakpoints_of(message))
+    # Only a message with metadata can carry one; picking those out runs at C speed.
+    candidates = compress(range(len(view)), map(_METADATA, view))
+    return tuple(index for index in candidates if breakpoints_of(view[index]))
 
 
 def _reaches(view: Sequence[Message], marks: Sequence[int], entry: int, lookback: int) -> bool:
