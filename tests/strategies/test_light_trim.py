@@ -182,7 +182,7 @@ def test_is_a_strategy_named_light_trim() -> None:
     assert isinstance(strategy, Strategy)
     assert strategy.name == "light_trim"
     assert (strategy.keep_recent, strategy.text_threshold) == (4, 4000)
-    assert (strategy.assistant_threshold, strategy.assistant_head) == (400, 200)
+    assert (strategy.assistant_threshold, strategy.assistant_head) == (200, 100)
     assert strategy.trim_assistant_to_fit is False
     assert (strategy.preserve_head, strategy.preserve_tail) == (1200, 800)
 
@@ -510,6 +510,40 @@ async def test_old_assistant_prose_and_argument_strings_keep_their_head(
     assert result.messages[4].metadata[TRIMMED_KEY] == 2  # the prose and the call
     # A short command line is kept as written.
     assert result.messages[6].tool_calls == view[6].tool_calls
+
+
+async def test_by_default_old_prose_over_200_characters_keeps_its_first_100(
+    counter: FixedTokenCounter,
+) -> None:
+    """A 300-character plan or command before the tail is cut; a 150-character one is kept.
+
+    The defaults are 200 and 100 (they were 400 and 200: the cost-aware engine's
+    Anthropic dollars at 32k went from $7.21 to $6.96, docs/decisions.md).
+    """
+    plan = "I will open the parser, then run the failing test to see the traceback. " * 4
+    command = json.dumps({"command": "python -c 'import parser; print(parser.parse(1))' " * 5})
+    short = json.dumps({"command": "grep -rn 'def parse' src/ | head -n 20 " * 3})
+    assert 200 < len(plan) < 400
+    assert 200 < len(json.loads(command)["command"]) < 400
+    assert 100 < len(json.loads(short)["command"]) <= 200
+    view = [
+        Message.system("You fix bugs."),
+        Message.user("Fix the parser."),
+        Message.assistant(plan, tool_calls=[ToolCall("b1", "bash", command)]),
+        Message.tool("b1", "ok", name="bash"),
+        Message.assistant(tool_calls=[ToolCall("b2", "bash", short)]),
+        Message.tool("b2", "ok", name="bash"),
+        Message.assistant(tool_calls=[ToolCall("b3", "bash", '{"command": "pytest -q"}')]),
+        Message.tool("b3", "1 passed", name="bash"),
+    ]
+    result = await run(LightTrim(keep_recent=0, trim_assistant_to_fit=True), view, counter)
+    prose, call = result.messages[2].content
+    assert isinstance(prose, TextBlock)
+    assert isinstance(call, ToolCall)
+    assert prose.text == trim_text(plan, head=100, tail=0)
+    cut = json.loads(call.arguments)["command"]
+    assert cut == trim_text(json.loads(command)["command"], head=100, tail=0)
+    assert result.messages[4] is view[4]  # a command of 200 characters or fewer stays whole
 
 
 async def test_a_message_with_reasoning_keeps_its_thinking_and_its_calls(
