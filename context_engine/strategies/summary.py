@@ -75,6 +75,7 @@ SMALL_WINDOW_MAX_SHARE = 0.4
 
 _TEXT_FIRST_TOKENS = 160
 _JOIN_TOKENS = 4  # the blank line between the text and the log, and tokenizer slack
+_ALL_CHARS = 1 << 30  # a log rendered with no bound
 
 
 def default_keep_recent_tokens(threshold: int) -> int:
@@ -444,24 +445,34 @@ class FullSummary:
             checkpoint, summary=without_listed_files(checkpoint.summary, listed) or text
         )
         others = [call_label(c, self._shell_tools()) for m in kept for c in m.tool_calls]
-        room_for_log = self._room_for_log(limit, budget.counter.count_message(checkpoint))
+        room_for_log = self._room_for_log(
+            limit,
+            budget.counter.count_message(checkpoint),
+            files=budget.counter.count_message(attrs.evolve(checkpoint, summary="")),
+            wanted=budget.counter.count_text(ledger.render(_ALL_CHARS, others=others)),
+        )
         log = fit_ledger(ledger, room_for_log, budget.counter, others=others)
         condense = _condense_by_part(call, budget.counter)
         room = max(1, limit - budget.counter.count_text(log))
         bounded = await bound_checkpoint(checkpoint, room, budget.counter, condense)
         return await with_ledger(bounded, ledger, log, limit, budget.counter)
 
-    def _room_for_log(self, limit: int, text_tokens: int) -> int:
+    def _room_for_log(self, limit: int, text_tokens: int, *, files: int, wanted: int) -> int:
         """Tokens the work log may take next to a text (and file lists) of ``text_tokens``.
 
         Its share of ``limit``, or all the text leaves when that is more: a
-        short text leaves the log room for more calls. The text's first tokens
-        (goal, constraints) always stay: a small checkpoint must still say what
-        the user asked.
+        short text leaves the log room for more calls. A log that wants more
+        (``wanted``: every call in full) comes before the prose at the size
+        limit: the prose is condensed (what leaves it is kept in the
+        checkpoint's metadata) down to its first tokens (goal, constraints:
+        a small checkpoint must still say what the user asked) next to the
+        file lists (``files`` tokens), which are not cut for it.
         """
+        share = int(limit * self.ledger_share)
         most = max(0, limit - _TEXT_FIRST_TOKENS)
+        prose_first = max(share, limit - max(_TEXT_FIRST_TOKENS + files, 2 * files))
         spare = limit - text_tokens - _JOIN_TOKENS
-        return min(most, max(int(limit * self.ledger_share), spare))
+        return min(most, max(share, spare, min(wanted, prose_first)))
 
     def _shell_tools(self) -> frozenset[str]:
         commands = (name for name, rule in self.file_tools.items() if rule in ("shell", "python"))

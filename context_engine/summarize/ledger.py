@@ -88,23 +88,28 @@ def _quote_left_open(text: str) -> bool:
     return bool(quote)
 
 
-def _opening(text: str, least: int = 0) -> str:
+def _opening(text: str, least: int = 0, *, shell: bool = False) -> str:
     """A command's first line, and the next ones while it is left open.
 
     A code cell often opens with a bare ``edit_file_by_replace(``, which names
     nothing yet: lines ending in an opening bracket, a comma or a backslash
-    continue on the next, and so do lines inside a quote the first one opened
-    (``python -c "`` with its script below: scripts differ in their lines, and
-    two of them must not share one label, runs and status). A shell command's
-    first line is otherwise the command (a heredoc after it is data). Lines
-    continue too until the label has ``least`` characters (an editor's bare
-    ``edit 287:295`` is named by the first line of its new text).
+    continue on the next, and so do lines inside a quote the first one opened.
+    A shell command's first line is the command: a heredoc after it is data,
+    and so is an inline script in a quote the line leaves open (``python -c "``
+    and the script below it): the scripts an agent runs behind one opening
+    line are one item with the last run's status and a run count, so a failed
+    last run is never read off an older script's check mark. Lines continue
+    too until the label has ``least`` characters (an editor's bare ``edit
+    287:295`` is named by the first line of its new text).
     """
     lines = [line for line in text.strip().splitlines() if line.strip()]
     shown = ""
     for count, line in enumerate(lines, 1):
         shown = " ".join(f"{shown} {line}".split())
-        open_ = shown.endswith(_CONTINUED) or _quote_left_open(shown) or len(shown) < least
+        quoted = _quote_left_open(shown)
+        open_ = not (shell and quoted) and (
+            shown.endswith(_CONTINUED) or quoted or len(shown) < least
+        )
         if not open_ or len(shown) >= _LABEL_CHARS:
             return shown + (" …" if count < len(lines) else "")
     return shown
@@ -120,7 +125,7 @@ def call_label(call: ToolCall, shell_tools: frozenset[str] = DEFAULT_SHELL_TOOLS
     if call.name in shell_tools:
         text = command_text(call.arguments if arguments is None else arguments)
         if text is not None and text.strip():
-            return one_line(_opening(text), _LABEL_CHARS)
+            return one_line(_opening(text, shell=True), _LABEL_CHARS)
     line = _typed_line(call, arguments)
     if line is not None:
         return one_line(_opening(line, _NAMING_CHARS), _LABEL_CHARS)
@@ -144,6 +149,15 @@ def _clip_words(label: str, chars: int) -> str:
     if end - chars + 1 > _WORD_SLACK:
         return one_line(flat, chars)
     return flat[:end].rstrip() + "…"
+
+
+def _clip_at(label: str, chars: int) -> str:
+    """``label`` cut to ``chars`` characters, "…" included (a blank is never the last kept)."""
+    flat = " ".join(label.split())
+    if len(flat) <= chars:
+        return flat
+    kept = flat[: chars - 1]
+    return (flat[:chars] if kept.endswith(" ") else kept) + "…"
 
 
 def _typed_line(call: ToolCall, arguments: Mapping[str, object] | None) -> str | None:
@@ -174,15 +188,22 @@ class Run:
     key_line: str | None = None
     runs: int = 1
 
-    def head(self, label_chars: int | None = None) -> str:
+    def head(self, label_chars: int | None = None, *, whole_words: bool = True) -> str:
         """The label (clipped to ``label_chars`` with "…" when given) and the status, one line.
 
         ``cmd ✓`` for a call that ended ok, ``cmd (failed, exit 1)`` otherwise,
         the number of runs added when it ran more than once: ``cmd ✓ (3 runs)``.
         A work log lists hundreds of calls: a check mark and the bare label keep
-        each item short, so more of them fit.
+        each item short, so more of them fit. The label is clipped after a whole
+        word, or (``whole_words=False``, the densest form) right at
+        ``label_chars``.
         """
-        label = self.label if label_chars is None else _clip_words(self.label, label_chars)
+        if label_chars is None:
+            label = self.label
+        elif whole_words:
+            label = _clip_words(self.label, label_chars)
+        else:
+            label = _clip_at(self.label, label_chars)
         times = f"{self.runs} runs" if self.runs > 1 else ""
         if self.status == OK:
             return f"{label} {OK_MARK}" + (f" ({times})" if times else "")

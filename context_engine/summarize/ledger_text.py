@@ -5,9 +5,18 @@ a fraction of them. Listing a few in full and hiding the rest tells the
 model less than listing most of them briefly, so each section is filled in
 two passes, newest call first:
 
-1. every call gets its short form (its label clipped to `SHORT_LABEL_CHARS`,
-   a failure's key line to `SHORT_KEY_CHARS`) while the budget holds;
-2. the room left widens the newest of them back to their full form.
+1. every call gets its dense form (its label cut to `DENSE_LABEL_CHARS`, a
+   failure's key line to `DENSE_KEY_CHARS`) while the budget holds, but the
+   newest few (`_NEWEST_WHOLE`) are listed whole where they fit: an agent
+   runs its latest commands again with other arguments, and a cut form
+   (``cmd --force 2>&1…``) would read as naming that next variant too;
+2. the room left widens the newest of them back to their full form, and
+   what is left then the next ones to their short form (the label clipped
+   after the word that reaches `SHORT_LABEL_CHARS`, a key line to
+   `SHORT_KEY_CHARS`).
+
+A cut label never ends on a prefix another call of the view shares
+(`_widths`), so its opening names one command only.
 
 The calls the text has no room for are counted (``- (+N more)``) and stay in
 the checkpoint's metadata (`context_engine.summarize.ledger.LEDGER_KEY`).
@@ -34,14 +43,27 @@ from context_engine.summarize.outcome import one_line
 if TYPE_CHECKING:
     from context_engine.summarize.ledger import Ledger, Run
 
-__all__ = ["SHORT_KEY_CHARS", "SHORT_LABEL_CHARS", "render_ledger"]
+__all__ = [
+    "DENSE_KEY_CHARS",
+    "DENSE_LABEL_CHARS",
+    "SHORT_KEY_CHARS",
+    "SHORT_LABEL_CHARS",
+    "render_ledger",
+]
 
 SHORT_LABEL_CHARS = 48
 """A call's label in its short form, "…" included: the command's own opening words."""
 SHORT_KEY_CHARS = 120
 """A failure's key line in its short form, "…" included."""
+DENSE_LABEL_CHARS = 41
+"""A call's label in its dense form, "…" included: the command's first 40 characters."""
+DENSE_KEY_CHARS = 80
+"""A failure's key line in its dense form, "…" included."""
 
 _CLIPPED_FROM = 56  # a shorter label loses too little to be worth its ambiguity
+_DENSE_FROM = 45  # the same for the dense form
+_NEWEST_WHOLE = 8  # the newest calls of a section, never cut
+_LEAST_SAVED = 12  # a cut that saves fewer characters than this is not worth its ambiguity
 _NOTE_ROOM = 16  # "- (+NNN more)" and its line break
 # What may follow a command for another to count as its variant: more words, a pipe.
 # A list operator starts another command ("cd /testbed && x" is no variant of "cd /testbed").
@@ -53,6 +75,7 @@ class _Item:
     """One item of a section: a call, or the variants of one command; both of its forms."""
 
     runs: int  # calls it stands for
+    dense: str
     short: str
     full: str
 
@@ -87,32 +110,43 @@ def _groups(runs: Sequence[Run]) -> list[list[Run]]:
     return sorted(grouped.values(), key=lambda members: position[members[-1].label])
 
 
-def _short_widths(labels: Sequence[str], others: Sequence[str]) -> dict[str, int]:
-    """How long each label's short form is: `SHORT_LABEL_CHARS`, or enough to tell it apart.
-
-    A label clipped to a prefix it shares with another call (of the log, or
-    ``others`` shown elsewhere) could be read as naming that one, status and
-    all: the short form keeps two characters past the longest prefix it
-    shares with any other label.
-    """
+def _shared(labels: Sequence[str], others: Sequence[str]) -> dict[str, int]:
+    """The longest prefix each label shares with another one (of the log, or ``others``)."""
     ordered = sorted({*labels, *others})
     shared = dict.fromkeys(ordered, 0)
     for a, b in itertools.pairwise(ordered):  # the longest shared prefix is with a neighbour
         common = len(posixpath.commonprefix([a, b]))
         shared[a], shared[b] = max(shared[a], common), max(shared[b], common)
-    return {
-        label: max(SHORT_LABEL_CHARS, common + 3) if len(label) > _CLIPPED_FROM else len(label)
-        for label, common in shared.items()
-    }
+    return shared
 
 
-def _item(members: Sequence[Run], quoted: str | None, widths: dict[str, int]) -> _Item:
-    """The item for one group: each member with its status, key lines indented below."""
+def _widths(shared: dict[str, int], chars: int, clipped_from: int) -> dict[str, int]:
+    """How long each label's cut form is: ``chars``, or enough to tell it apart.
 
-    def text(short: bool, key_chars: int | None) -> str:
-        # Variants are told apart by their ends: only a call of its own is shortened.
-        clip = short and len(members) == 1
-        heads = [member.head(widths[member.label] if clip else None) for member in members]
+    A label clipped to a prefix it shares with another call (of the log, or
+    shown elsewhere in the view) could be read as naming that one, status and
+    all: a cut form keeps two characters past the longest prefix it shares
+    with any other label. Labels up to ``clipped_from`` characters stay whole,
+    and so do labels the cut would shorten by less than `_LEAST_SAVED`: a cut
+    form also reads as naming any later command that extends it.
+    """
+    widths = {}
+    for label, common in shared.items():
+        width = max(chars, common + 3)
+        cut = len(label) > clipped_from and len(label) - width >= _LEAST_SAVED
+        widths[label] = width if cut else len(label)
+    return widths
+
+
+def _item(
+    members: Sequence[Run], quoted: str | None, short: dict[str, int], dense: dict[str, int]
+) -> _Item:
+    """The item for one group: each member with its status, key lines indented below.
+
+    ``short`` and ``dense`` are the widths of the labels' cut forms.
+    """
+
+    def text(heads: Sequence[str], key_chars: int | None) -> str:
         keys = dict.fromkeys(
             one_line(member.key_line, key_chars) if key_chars else member.key_line
             for member in members
@@ -121,24 +155,38 @@ def _item(members: Sequence[Run], quoted: str | None, widths: dict[str, int]) ->
         )  # variants failing alike say so once
         return "\n".join([f"- {' → '.join(heads)}", *(f"  - {key}" for key in keys)])
 
-    runs = len(members)
-    return _Item(runs, text(True, SHORT_KEY_CHARS), text(False, None))
+    # Variants are told apart by their ends: only a call of its own is clipped after
+    # a word; the dense form cuts each one, past the prefix it shares with another.
+    alone = len(members) == 1
+    return _Item(
+        len(members),
+        text([m.head(dense[m.label], whole_words=False) for m in members], DENSE_KEY_CHARS),
+        text([m.head(short[m.label] if alone else None) for m in members], SHORT_KEY_CHARS),
+        text([m.head() for m in members], None),
+    )
 
 
 def _fitted(title: str, items: list[_Item], left: int) -> tuple[str, int]:
-    """One section in ``left`` characters: short forms newest first, then widened; rest counted."""
+    """One section in ``left`` characters: dense forms newest first, then widened; rest counted."""
     used = len(title) + 4
     shown: list[str] = []
-    for item in reversed(items):
-        if shown and used + len(item.short) + 1 + _NOTE_ROOM > left:
+    for age, item in enumerate(reversed(items)):
+        # The newest calls are the ones an agent runs again with other arguments:
+        # a cut form of theirs would read as naming the next variant too.
+        whole = age < _NEWEST_WHOLE and used + len(item.full) + 1 + _NOTE_ROOM <= left
+        text = item.full if whole else item.dense
+        if shown and used + len(text) + 1 + _NOTE_ROOM > left:
             break
-        shown.append(item.short)
-        used += len(item.short) + 1
-    for at, item in enumerate(reversed(items[len(items) - len(shown) :])):
-        wider = len(item.full) - len(item.short)
-        if wider > 0 and used + wider + _NOTE_ROOM <= left:
-            shown[at] = item.full
-            used += wider
+        shown.append(text)
+        used += len(text) + 1
+    listed = list(reversed(items[len(items) - len(shown) :]))
+    for form in ("full", "short"):  # the newest in full first, then the next less cut
+        for at, item in enumerate(listed):
+            wide: str = getattr(item, form)
+            wider = len(wide) - len(shown[at])
+            if wider > 0 and used + wider + _NOTE_ROOM <= left:
+                shown[at] = wide
+                used += wider
     hidden = sum(item.runs for item in items[: len(items) - len(shown)])
     lines = [f"## {title}", *reversed(shown)]
     if hidden:
@@ -167,8 +215,10 @@ def render_ledger(ledger: Ledger, max_chars: int, *, others: Sequence[str] = ())
         if not runs:
             continue
         groups = _groups(runs) if command else [[run] for run in runs]
-        widths = _short_widths([run.label for run in runs], others)
-        items = [_item(group, quoted, widths) for group in groups]
+        shared = _shared([run.label for run in runs], others)
+        short = _widths(shared, SHORT_LABEL_CHARS, _CLIPPED_FROM)
+        dense = _widths(shared, DENSE_LABEL_CHARS, _DENSE_FROM)
+        items = [_item(group, quoted, short, dense) for group in groups]
         section, left = _fitted(title, items, left)
         sections.append(section)
     return "\n\n".join([*sections, failure] if failure else sections)

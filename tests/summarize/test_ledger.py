@@ -11,9 +11,10 @@ from context_engine import ContextSummary, Message, ToolCall
 from context_engine.formats.anthropic import from_anthropic
 from context_engine.strategies import FullSummary, ToolResultMicrocompact
 from context_engine.strategies.base import Budget
+from context_engine.summarize.bound import CONDENSED_KEY
 from context_engine.summarize.extractive import ExtractiveSummarizer
 from context_engine.summarize.ledger import LEDGER_KEY, Ledger
-from context_engine.summarize.ledger_text import SHORT_LABEL_CHARS
+from context_engine.summarize.ledger_text import DENSE_LABEL_CHARS, SHORT_LABEL_CHARS
 from context_engine.summarize.log import fit_ledger, without_ledger, without_listed_files
 from context_engine.summarize.outcome import Outcome, outcome
 from context_engine.testing import FixedTokenCounter, RecordingSummarizer
@@ -266,18 +267,18 @@ def test_a_tight_budget_lists_more_calls_briefly_and_the_newest_in_full() -> Non
     run = Shell()
     long = [
         f"python -m pytest tests/test_module_{n}.py::test_case -x -q " + "-k x " * 18
-        for n in range(6)
+        for n in range(14)
     ]
     ledger = Ledger().update([m for command in long for m in run(command, "1 passed")])
     full = ledger.render(10_000)
     assert all(f"{command.strip()} ✓" in full for command in long)
     tight = ledger.render(len(full) * 3 // 4)
     assert "(+" not in tight  # every call still listed
-    assert f"{long[-1].strip()} ✓" in tight  # the newest in full
+    assert all(f"{command.strip()} ✓" in tight for command in long[-8:])  # the newest in full
     # Short forms end on a whole word: "test_c…" would read as any later "test_c*".
     assert "- python -m pytest tests/test_module_0.py::test_case… ✓" in tight
     assert f"- {long[0].strip()} ✓" not in tight
-    hidden = ledger.render(300)
+    hidden = ledger.render(420)
     assert "- (+" in hidden
     assert f"- {long[-1][: SHORT_LABEL_CHARS - 1]}" in hidden
 
@@ -289,15 +290,18 @@ def test_a_short_form_is_never_a_prefix_another_call_shares() -> None:
     stem += " -xvs | tail -"
     other = "cd /repo && python -c 'import pkg; print(pkg.__version__, pkg.__file__, "
     other += "pkg.__name__, pkg.__doc__)'"
-    messages = [*run(stem + "100", "1 passed"), *run(stem + "50", "1 passed"), *run(other, "1")]
-    tight = Ledger().update(messages).render(340)
+    newer = [m for n in range(8) for m in run(f"ls dir_{n}", "a")]  # the newest stay whole
+    messages = [*run(other, "1"), *run(stem + "100", "1 passed"), *run(stem + "50", "1 passed")]
+    tight = Ledger().update([*messages, *newer]).render(420)
     assert "- cd /repo && python -c 'import pkg; print(pkg.__version__,… ✓" in tight
     assert f"{stem}100 ✓" in tight
     assert f"{stem}50 ✓" in tight
     # A call shown elsewhere in the view (kept after the checkpoint) counts too.
-    alone = Ledger().update(run(stem + "10", "1 passed"))
-    assert f"- {stem.split(' -xvs')[0]}… ✓" in alone.render(120)
-    assert f"{stem}10 ✓" in alone.render(120, others=[stem + "20"])
+    alone = Ledger().update([*run(stem + "10", "1 passed"), *newer])
+    cut = f"- {stem.split(' -xvs')[0]}… ✓"
+    assert cut in alone.render(228)
+    assert cut not in alone.render(228, others=[stem + "20"])
+    assert f"{stem}10 ✓" in alone.render(260, others=[stem + "20"])
 
 
 def test_hidden_variants_are_counted_one_by_one() -> None:
@@ -457,18 +461,65 @@ def test_a_cleared_result_ends_as_its_original_did() -> None:
     assert "ok" not in ledger.render(10_000).split("\n\n")[0].split("\n")[1]
 
 
-def test_scripts_behind_one_opening_line_keep_labels_and_statuses_of_their_own() -> None:
-    """``python -c "`` with different scripts below it: one line each, each with its status."""
+def test_scripts_behind_one_opening_line_are_one_item_with_the_last_status() -> None:
+    """``python -c "`` with different scripts below it: one item, the last run's status, runs."""
     run = Shell()
-    head = 'python -c \\"\\nimport numpy as np\\nfrom pvlib import iam\\n'
+    head = 'cd /repo && python -c \\"\\nimport numpy as np\\nfrom pvlib import iam\\n'
     messages = [
         *run(head + 'print(iam.physical(aoi=90, n=1))\\n\\"', "0.0"),
+        *run("ls", "a.py"),
         *run(head + 'print(iam.physical(aoi=100, n_ar=1.29))\\n\\"', KEY, code=1),
     ]
     ledger = Ledger().update(messages)
-    assert len(ledger.runs) == 2
-    first, second = (run.head() for run in ledger.runs)
-    assert first.endswith("✓")
-    assert "aoi=90" in first
-    assert "(failed, exit 1)" in second
-    assert "n_ar=1.29" in second
+    assert [run.label for run in ledger.runs] == ["ls", 'cd /repo && python -c " …']
+    assert ledger.runs[-1].head() == 'cd /repo && python -c " … (failed, exit 1, 2 runs)'
+    text = ledger.render(10_000)
+    assert "✓" not in text.replace("- ls ✓", "")  # no older script's check mark
+    assert text.count(KEY) == 1  # the failure's key line is kept, quoted once
+
+
+def test_a_short_room_lists_every_command_by_its_first_40_characters() -> None:
+    """Dense form: a label cut right after its first 40 characters lets every call be listed."""
+    run = Shell()
+    commands = [
+        f"cd /repo && grep -n 'pattern {n:02d} of the parser' src/module_{n:02d}.py -B5 -A5"
+        for n in range(20)
+    ]
+    ledger = Ledger().update([m for command in commands for m in run(command, "1: x")])
+    text = ledger.render(1_300)
+    assert "(+" not in text  # every call listed
+    assert all(f"- {command[:40]}" in text for command in commands[:-8])  # cut, kept
+    assert all(f"- {command} ✓" in text for command in commands[-8:])  # the newest in full
+    assert ledger.render(10_000).count("…") == 0  # room enough: no call cut
+
+
+def test_a_dense_cut_never_ends_on_a_blank() -> None:
+    """The first 40 characters are kept whole, also when the 40th is a blank."""
+    run = Shell()
+    command = "cd /repo && python -m pytest tests/unit -x --maxfail=1 -q -p no:cacheprovider"
+    assert command[39] == " "
+    (ran,) = Ledger().update(run(command, "1 passed")).runs
+    assert ran.head(DENSE_LABEL_CHARS, whole_words=False) == f"{command[:41]}… ✓"
+
+
+async def test_at_the_size_limit_the_work_log_comes_before_the_prose() -> None:
+    """A long narrative is condensed (kept in the metadata) so the log lists more calls."""
+    run = Shell()
+    view: list[Message] = [Message.system("sys"), Message.user("Fix the build")]
+    for n in range(60):
+        view += run(f"make target_with_a_long_name_{n} --jobs 4 --keep-going", "built\n" * 30)
+    view += [Message.assistant("Built."), Message.user("Now the docs"), *run("make docs", "ok")]
+    decisions = "\n".join(f"- decided to keep module {n} as it is for now" for n in range(80))
+    prose = f"<summary>## Goal\n- fix the build\n\n## Decisions\n{decisions}</summary>"
+    strategy = FullSummary(
+        summarizer=RecordingSummarizer([prose] * 4), keep_recent_tokens=1, max_checkpoint_share=0.5
+    )
+    result = await strategy.apply(view, view, budget(view, 2_000))
+    assert result.applied
+    checkpoint = next(m for m in result.messages if isinstance(m, ContextSummary))
+    limit = strategy.checkpoint_limit(2_000)
+    log_tokens = COUNTER.count_text(checkpoint.summary.split("## Commands run", 1)[1])
+    assert log_tokens > 0.6 * limit  # more than its share, though the text is long
+    assert COUNTER.count_message(checkpoint) <= limit
+    assert "fix the build" in checkpoint.summary  # the text's first tokens stay
+    assert "decided to keep module" in str(checkpoint.metadata[CONDENSED_KEY])  # not lost
