@@ -130,7 +130,9 @@ class FullSummary:
     max_summary_tokens: int = attrs.field(default=4096, validator=positive_int())
     """Output budget asked of the summarizer (capped at an eighth of its window)."""
     max_tool_result_chars: int = attrs.field(default=2000, validator=positive_int())
-    """Tool results (and reasoning) are clipped to this many characters in the prompt."""
+    """Tool results (and reasoning) are clipped to this many characters in the prompt; a
+    history one request cannot hold is clipped harder (halving, to 500 at least) when that
+    makes it one request, and chunked at this clip otherwise."""
     prompts: SummaryPrompts = DEFAULT_PROMPTS
     """The prompt texts (system, summary, update, turn prefix)."""
     file_tools: Mapping[str, FileToolRule] = DEFAULT_FILE_TOOLS

@@ -1,6 +1,8 @@
 """Calling a summarizer: timeouts, answer parsing, and chunking a long history.
 
-A history too large for one summarizer call is summarized in chunks, oldest
+A history too large for one summarizer call is first sent with its tool
+results clipped harder (down to `MIN_CLIP_CHARS`, head and tail kept) when
+that makes it one request; past that it is summarized in chunks, oldest
 first, each chunk updating the running checkpoint, so nothing old is dropped
 silently. Every answer is kept in the strategy's `SummaryMemo`, so a summary
 that fails halfway resumes after its last answered request; a `Deadline`
@@ -38,6 +40,10 @@ __all__ = ["Deadline", "SummaryCall", "call_summarizer", "chunk_history", "strip
 # Room kept in the summarizer's window for the prompt's own framing.
 _FRAMING_TOKENS = 512
 _MIN_CHUNK_TOKENS = 1024
+MIN_CLIP_CHARS = 500
+"""The tightest clip of a tool result a summary request gets to save a second request:
+its head and tail still say what ran and how it ended (the failure's key line and the
+files are merged into the checkpoint by code, from the originals, either way)."""
 
 
 async def call_summarizer(
@@ -222,14 +228,12 @@ class SummaryCall:
                 ``memo``); `SummaryTimeoutError` once ``deadline`` has passed.
         """
         running = previous
-        chunks = chunk_history(
-            messages,
-            self.counter,
-            self._chunk_tokens(),
-            max_tool_result_chars=self.max_tool_result_chars,
-        )
+        room = self._chunk_tokens()
+        clip_chars = self._one_request_clip(messages, room)
+        chunks = chunk_history(messages, self.counter, room, max_tool_result_chars=clip_chars)
         for chunk in chunks:
-            running = await self._ask(self._request(chunk, kind, running, self.max_summary_tokens))
+            request = self._request(chunk, kind, running, self.max_summary_tokens, clip_chars)
+            running = await self._ask(request)
         assert running is not None
         return running, len(chunks)
 
@@ -239,10 +243,34 @@ class SummaryCall:
         Raises:
             SummarizerError: the request failed; `SummaryTimeoutError` past the deadline.
         """
-        return await self._ask(self._request((), "condense", text, max(1, max_tokens)))
+        clip_chars = self.max_tool_result_chars
+        return await self._ask(self._request((), "condense", text, max(1, max_tokens), clip_chars))
+
+    def _one_request_clip(self, messages: Sequence[Message], room: int) -> int:
+        """The loosest clip at which ``messages`` fit one request of ``room`` tokens.
+
+        Halves from ``max_tool_result_chars`` down to `MIN_CLIP_CHARS`; when none
+        fits, ``max_tool_result_chars`` (the history is chunked at full detail then).
+        """
+        clip_chars = self.max_tool_result_chars
+        while True:
+            if self._serialized_tokens(messages, clip_chars) <= room:
+                return clip_chars
+            if clip_chars <= MIN_CLIP_CHARS:
+                return self.max_tool_result_chars
+            clip_chars = max(MIN_CLIP_CHARS, clip_chars // 2)
+
+    def _serialized_tokens(self, messages: Sequence[Message], clip_chars: int) -> int:
+        count = self.counter.count_text
+        return sum(count(serialize_message(m, max_tool_result_chars=clip_chars)) for m in messages)
 
     def _request(
-        self, messages: Sequence[Message], kind: SummaryKind, previous: str | None, max_tokens: int
+        self,
+        messages: Sequence[Message],
+        kind: SummaryKind,
+        previous: str | None,
+        max_tokens: int,
+        clip_chars: int,
     ) -> SummaryRequest:
         return build_request(
             messages,
@@ -252,7 +280,7 @@ class SummaryCall:
             reason=self.reason,
             max_tokens=max_tokens,
             prompts=self.prompts,
-            max_tool_result_chars=self.max_tool_result_chars,
+            max_tool_result_chars=clip_chars,
             redact=self.redact,
         )
 

@@ -255,6 +255,32 @@ async def test_history_larger_than_the_summarizer_window_is_summarized_in_chunks
     assert all(view[i].text in compacted_texts for i in range(1, 10))
 
 
+async def test_a_history_one_request_holds_with_tool_results_clipped_harder_takes_one_request() -> (
+    None
+):
+    summarizer = RecordingSummarizer()
+    view = [Message.system("You are a coding agent.")]
+    for n in range(4):
+        view += turn(n, 3, result="x" * 2900 + "\nValueError: bad input")
+    view += [Message.user("final request: " + "z" * 4000), Message.assistant("working on it")]
+    strategy = FullSummary(
+        summarizer=summarizer,
+        keep_recent_tokens=800,
+        summarizer_window=6000,
+        max_summary_tokens=500,
+    )
+    result = await strategy.apply(view, view, budget_for(view, 1500))
+    assert result.applied
+    assert summarizer.calls == 1  # two requests at the default 2,000-character clip
+    request = summarizer.requests[0]
+    results = [m for m in request.messages if m.role == "tool"]
+    assert len(results) == 12
+    prompt = request.prompt_messages[1].text
+    # each result keeps its head and its tail, where the error is
+    assert prompt.count("characters clipped") == prompt.count("ValueError: bad input") == 12
+    assert "x" * 1000 not in prompt
+
+
 async def test_post_summary_hooks_get_the_room_left_reduced_by_earlier_hooks() -> None:
     rooms: list[int] = []
 

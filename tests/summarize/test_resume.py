@@ -41,12 +41,13 @@ def budget(view: list[Message]) -> Budget:
 
 
 def chunked(summarizer: Any, **options: Any) -> FullSummary:
-    """A strategy whose small summarizer window needs one request per turn or so."""
+    """A strategy whose small summarizer window needs several requests even at the
+    tightest clip of tool results."""
     options.setdefault("summary_timeout_seconds", None)
     return FullSummary(
         summarizer=summarizer,
         keep_recent_tokens=800,
-        summarizer_window=6000,
+        summarizer_window=3000,
         max_summary_tokens=500,
         **options,
     )
