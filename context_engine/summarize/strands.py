@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterable
+from contextlib import aclosing
 from typing import Any
 
 from context_engine.errors import ConfigurationError, SummarizerError
@@ -157,10 +158,13 @@ def _resolve(model: Model | Agent) -> Model:
 
 async def _final(chunks: AsyncIterable[StreamEvent]) -> tuple[str, Any, Any]:
     """The stop reason, message and usage Strands assembles from a model's stream."""
-    async for event in process_stream(chunks):
-        if "stop" in event:
-            stop_reason, message, usage, _metrics = event["stop"]
-            return stop_reason, message, usage
+    # Closed on return: a stream left suspended is closed by the loop's finalizer
+    # later, or warned about at interpreter exit when the loop is gone.
+    async with aclosing(process_stream(chunks)) as events:
+        async for event in events:
+            if "stop" in event:
+                stop_reason, message, usage, _metrics = event["stop"]
+                return stop_reason, message, usage
     # process_stream ends every stream with its stop event, an empty one included.
     raise AssertionError("unreachable: the stream ended without a stop event")  # pragma: no cover
 

@@ -112,6 +112,32 @@ def test_the_model_is_sent_the_summary_prompt_and_its_answer_is_the_checkpoint()
     assert "Question 5 about the parser." in prompt
 
 
+def test_the_summarizer_closes_the_event_stream_it_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Left open, the stream is closed by the loop's finalizer, or warned about at exit."""
+    from context_engine.summarize import strands as module
+
+    real = module.process_stream
+    closed: list[bool] = []
+
+    async def recording(chunks: Any) -> AsyncIterator[Any]:
+        try:
+            async for event in real(chunks):
+                yield event
+        finally:
+            closed.append(True)
+
+    monkeypatch.setattr(module, "process_stream", recording)
+    request = build_request(conversation(2), max_tokens=512)
+
+    async def summarize() -> tuple[str, list[bool]]:
+        text = await StrandsSummarizer(ScriptedModel(SUMMARY), retry=policy())(request)
+        return text, list(closed)  # before the loop's own shutdown closes what is left
+
+    text, closed_on_return = asyncio.run(summarize())
+    assert text == "The user is fixing the parser; three modules were read."
+    assert closed_on_return == [True]
+
+
 def test_an_agent_lends_its_aux_model_and_is_left_untouched() -> None:
     """The agent is not invoked: its messages and prompt stay; ``aux_model`` beats ``model``."""
     main, aux = ScriptedModel(SUMMARY, model_id="main"), ScriptedModel(SUMMARY, model_id="aux")
