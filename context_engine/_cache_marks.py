@@ -101,7 +101,12 @@ def _assumed(view: Sequence[Message]) -> tuple[int, ...]:
 
 
 def served_tokens(
-    settings: Settings, meter: Meter, session: Session, view: tuple[Message, ...]
+    settings: Settings,
+    meter: Meter,
+    session: Session,
+    view: tuple[Message, ...],
+    *,
+    placed: tuple[Message, ...] | None = None,
 ) -> int:
     """Tokens of ``view``'s prefix the provider's cache serves after the last request.
 
@@ -111,7 +116,9 @@ def served_tokens(
     breakpoints finds (`cached_prefix`): the engine's own when it places
     them, else the caller's plus one after the system prompt and one on the
     last message (so a rewrite behind the last message keeps only the
-    system prompt cached).
+    system prompt cached). ``placed``: ``view`` with the engine's breakpoints
+    when the caller has placed them already (`request_view`), so they are
+    not placed twice.
     """
     last = session.last
     if last is None:
@@ -123,7 +130,9 @@ def served_tokens(
         return meter.prefix_tokens(view, shared)
     if settings.cache_breakpoints and session.marks is not None:
         before = session.marks
-        marks = marked(request_view(settings, meter, view, last, before))
+        marks = marked(
+            placed if placed is not None else request_view(settings, meter, view, last, before)
+        )
     else:
         before, marks = _assumed(last.view), _assumed(view)
     return meter.prefix_tokens(view, cached_prefix(view, shared, before, marks, lookback))

@@ -288,11 +288,12 @@ async def finish(
         and not outcome.reused
     ):
         # The common case (a `project` that fits): the input is the new baseline, no report.
-        served = _served(call, desk.session, outcome.view)
+        placed = _placed(call, outcome.view, previous, previous_marks)
+        served = _served(call, desk.session, outcome.view, placed)
         usage = _remember(call, outcome, call.estimate, None, desk, served)
         if usage.cache is not None:
             _count_cost(call, usage.cache, desk)
-        messages = _with_breakpoints(call, outcome.view, desk, previous, previous_marks)
+        messages = _with_breakpoints(call, outcome.view, desk, previous, previous_marks, placed)
         return Projection(messages=messages, usage=usage, changed=False)
     floor = outcome.floor
     if floor is None and outcome.tokens > call.threshold:
@@ -365,11 +366,16 @@ def _assembled(
     return call.assembly.finish(outcome.view, rewrites)
 
 
-def _served(call: Call, session: Session, view: tuple[Message, ...]) -> int:
-    """Tokens of ``view`` the provider's cache serves (`served_tokens`); 0 without pricing."""
+def _served(
+    call: Call, session: Session, view: tuple[Message, ...], placed: tuple[Message, ...] | None
+) -> int:
+    """Tokens of ``view`` the provider's cache serves (`served_tokens`); 0 without pricing.
+
+    ``placed`` is ``view`` with the engine's breakpoints (`_placed`), or None.
+    """
     if call.settings.pricing is None:
         return 0
-    return served_tokens(call.settings, call.meter, session, view)
+    return served_tokens(call.settings, call.meter, session, view, placed=placed)
 
 
 def _count_cost(call: Call, cache: CacheEstimate, desk: Desk) -> None:
@@ -390,27 +396,44 @@ def _count_break(call: Call, event: RewriteEvent, desk: Desk) -> None:
         desk.telemetry.cache_break(event.strategy, reason, pricing.family, event.cost)
 
 
+def _placed(
+    call: Call,
+    view: tuple[Message, ...],
+    previous: Remembered | None,
+    previous_marks: tuple[int, ...] | None,
+) -> tuple[Message, ...] | None:
+    """``view`` with the engine's Anthropic breakpoints, or None when ``cache_breakpoints`` is off.
+
+    Provider blocks placed into the view (context assembly) shift its indices:
+    the last request's breakpoints are not aligned with it then.
+    """
+    if not call.settings.cache_breakpoints or not view:
+        return None
+    aligned = previous if call.assembly is None else None
+    return request_view(call.settings, call.meter, view, aligned, previous_marks)
+
+
 def _with_breakpoints(
     call: Call,
     view: tuple[Message, ...],
     desk: Desk,
     previous: Remembered | None,
     previous_marks: tuple[int, ...] | None,
+    placed: tuple[Message, ...] | None = None,
 ) -> tuple[Message, ...]:
     """``view`` with the engine's Anthropic breakpoints, when ``cache_breakpoints`` is on.
 
+    ``placed`` is that view when the call placed them already (`_placed`).
     Where they went is remembered (`Session.marks`) when the session remembered
     this view: the next call keeps the entry they wrote in reach, and the
-    cost-aware engine prices its rewrites by it. Provider blocks placed into
-    the view (context assembly) shift its indices: nothing is remembered then.
+    cost-aware engine prices its rewrites by it; not for an assembled view.
     """
-    settings, session = call.settings, desk.session
-    if not settings.cache_breakpoints or not view:
+    if placed is None:
+        placed = _placed(call, view, previous, previous_marks)
+    if placed is None:
         return view
-    aligned = call.assembly is None
-    placed = request_view(settings, call.meter, view, previous if aligned else None, previous_marks)
-    if session.last is not previous:
-        session.marks = marked(placed) if aligned else None
+    if desk.session.last is not previous:
+        desk.session.marks = marked(placed) if call.assembly is None else None
     return placed
 
 
