@@ -14,9 +14,9 @@ truncation marker) into one `ContextSummary`:
    the view.
 
 Both leave the checkpoint room under the target, so the folded view fits
-where the truncated one would have; neither writes a checkpoint smaller than
-the one it replaces (the plain cut then keeps that one and drops the tail
-instead). When the floor itself is above the
+where the truncated one would have; neither writes a checkpoint much smaller
+than the one it replaces (under `_LEAST_KEPT` of it, the plain cut keeps that
+one and drops the tail instead). When the floor itself is above the
 target (no view fits), the dropped range is folded all the same and the
 truncation's last resorts cut the view sent now, the new checkpoint included;
 the commit keeps the checkpoint and the newest user message whole
@@ -49,6 +49,8 @@ DIGEST = "truncation_digest"
 _ATTEMPTS = 3
 # A checkpoint squeezed below this many tokens says nothing; a bare cut is left instead.
 _MIN_CHECKPOINT_TOKENS = 48
+# The least share of the checkpoint it replaces that a fold may be written into.
+_LEAST_KEPT = 0.75
 # The digest has no window: one request holds the whole dropped range.
 _DIGEST_WINDOW = 1_000_000
 
@@ -117,9 +119,12 @@ class TruncationFold:
         view = tuple(view)
         head = _Head.of(view)
         limit = self.writer.checkpoint_limit(budget.threshold)
-        # A fold never writes a checkpoint smaller than the one it replaces (paid for, the
-        # agent's memory): below that the plain cut keeps it and drops the tail instead.
-        least = max(_MIN_CHECKPOINT_TOKENS, head.checkpoint_tokens(view, budget))
+        # A fold never writes a checkpoint much smaller than the one it replaces (paid for,
+        # the agent's memory): below that the plain cut keeps it and drops the tail instead.
+        # A little smaller is better than that cut: the work log and the condensed prose
+        # stay whole in the new checkpoint's metadata, while the cut's calls are lost.
+        old = head.checkpoint_tokens(view, budget)
+        least = max(_MIN_CHECKPOINT_TOKENS, int(old * _LEAST_KEPT))
         if limit < least:
             return StrategyResult.unchanged(view)
         # The checkpoint takes at most ``limit``; it replaces the old checkpoint and marker.

@@ -6,12 +6,13 @@ from collections.abc import Sequence
 
 import attrs
 
-from context_engine.messages import Message, TextBlock, ToolCall
+from context_engine.messages import ContextSummary, Message, TextBlock, ToolCall
 from context_engine.recovery import recovery_strategies
 from context_engine.strategies import FullSummary, HardTruncate
 from context_engine.strategies.base import Budget
 from context_engine.structure import CLEARED_KEY
 from context_engine.summarize.extractive import ExtractiveSummarizer
+from context_engine.summarize.ledger import LEDGER_KEY
 from context_engine.testing import FixedTokenCounter
 
 COUNTER = FixedTokenCounter()
@@ -63,3 +64,35 @@ async def test_a_recovery_fold_writes_the_checkpoint_from_the_originals_of_clear
     assert result.info is not None
     checkpoint = next(m for m in result.messages if m.is_summary)
     assert FAILURE in checkpoint.text
+
+
+async def test_a_fold_a_little_smaller_than_the_checkpoint_it_replaces_still_logs_the_cut() -> None:
+    """A fold with a bit less room than the old checkpoint beats a cut that logs nothing.
+
+    The plain cut would keep the checkpoint and drop the tail's calls for good;
+    the fold keeps them in its work log (and the old checkpoint's in metadata).
+    """
+    transcript = session()
+    threshold = measure(transcript) // 2
+    writer = FullSummary(summarizer=ExtractiveSummarizer(), max_checkpoint_share=0.2)
+    limit = writer.checkpoint_limit(threshold)
+    words = 1
+    while COUNTER.count_message(ContextSummary(summary="Earlier work. " * words)) < limit * 1.1:
+        words += 1
+    old = ContextSummary(summary="Earlier work. " * words)
+    assert limit < COUNTER.count_message(old) < limit * 4 // 3
+    view = (transcript[0], old, *transcript[1:])
+    budget = Budget(
+        tokens=measure(view),
+        window=threshold * 2,
+        threshold=threshold,
+        counter=COUNTER,
+        measure=measure,
+        reason="overflow",
+    )
+    (digest, _) = recovery_strategies([HardTruncate()], [writer], summary_failed=True)
+    result = await digest.apply(view, view, budget)
+    assert result.applied
+    checkpoint = next(m for m in result.messages if m.is_summary)
+    assert checkpoint is not old
+    assert "pytest tests/test_rows.py -k case0" in str(checkpoint.metadata[LEDGER_KEY])

@@ -18,6 +18,14 @@ two passes, newest call first:
 A cut label never ends on a prefix another call of the view shares
 (`_widths`), so its opening names one command only.
 
+When even the dense forms do not all fit, the older calls alike in their
+first 40 characters (greps of one pattern in several files, one test file
+run with other ``-k`` filters) share one line (`_merged`): their common
+opening and "…", how many calls it stands for and how each last ended
+(``(3 commands: 1 failed, exit 1; 2 ✓)``, never a bare check mark when one
+failed), a failure's key line below. One line names them all for the room of
+one, and none of them is hidden behind the ``(+N more)``.
+
 The calls the text has no room for are counted (``- (+N more)``) and stay in
 the checkpoint's metadata (`context_engine.summarize.ledger.LEDGER_KEY`).
 
@@ -31,6 +39,7 @@ never read as belonging to the wrong variant.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import posixpath
 from collections.abc import Sequence
@@ -68,6 +77,7 @@ _NOTE_ROOM = 16  # "- (+NNN more)" and its line break
 # What may follow a command for another to count as its variant: more words, a pipe.
 # A list operator starts another command ("cd /testbed && x" is no variant of "cd /testbed").
 _NOT_A_VARIANT = ("&&", "||", ";", "& ", "&\n")
+_PIPES = ("|", ">", "2>", "<")  # what starts a command's pipe or redirection
 
 
 @attrs.frozen
@@ -78,6 +88,7 @@ class _Item:
     dense: str
     short: str
     full: str
+    members: tuple[Run, ...] = ()
 
 
 def _is_variant(rest: str) -> bool:
@@ -128,14 +139,26 @@ def _widths(shared: dict[str, int], chars: int, clipped_from: int) -> dict[str, 
     all: a cut form keeps two characters past the longest prefix it shares
     with any other label. Labels up to ``clipped_from`` characters stay whole,
     and so do labels the cut would shorten by less than `_LEAST_SAVED`: a cut
-    form also reads as naming any later command that extends it.
+    form also reads as naming any later command that extends it, and one
+    that ends where a pipe or a redirection starts (``cmd 2>&1…`` of ``cmd
+    2>&1 | head -30``) names the bare command: every later run of it with
+    another pipe, the retry an agent is most likely to make. Such a label
+    stays whole.
     """
     widths = {}
     for label, common in shared.items():
         width = max(chars, common + 3)
         cut = len(label) > clipped_from and len(label) - width >= _LEAST_SAVED
-        widths[label] = width if cut else len(label)
+        widths[label] = width if cut and not _bare(label, width) else len(label)
     return widths
+
+
+def _bare(label: str, width: int) -> bool:
+    """Whether ``label`` cut to ``width`` characters ends where a pipe or a redirection starts."""
+    flat = " ".join(label.split())
+    kept = flat[: width - 1]
+    kept = flat[:width] if kept.endswith(" ") else kept
+    return flat[len(kept) :].lstrip().startswith(_PIPES) or kept.rstrip().endswith(_PIPES)
 
 
 def _item(
@@ -163,11 +186,15 @@ def _item(
         text([m.head(dense[m.label], whole_words=False) for m in members], DENSE_KEY_CHARS),
         text([m.head(short[m.label] if alone else None) for m in members], SHORT_KEY_CHARS),
         text([m.head() for m in members], None),
+        tuple(members),
     )
 
 
-def _fitted(title: str, items: list[_Item], left: int) -> tuple[str, int]:
-    """One section in ``left`` characters: dense forms newest first, then widened; rest counted."""
+def _fitted(title: str, items: list[_Item], left: int) -> tuple[str, int, int]:
+    """One section in ``left`` characters: dense forms newest first, then widened; rest counted.
+
+    Returns the text, the characters left and the number of calls hidden.
+    """
     used = len(title) + 4
     shown: list[str] = []
     for age, item in enumerate(reversed(items)):
@@ -191,7 +218,90 @@ def _fitted(title: str, items: list[_Item], left: int) -> tuple[str, int]:
     lines = [f"## {title}", *reversed(shown)]
     if hidden:
         lines.insert(1, f"- (+{hidden} more)")
-    return "\n".join(lines), left - used
+    return "\n".join(lines), left - used, hidden
+
+
+def _longest_shared(labels: Sequence[str], others: Sequence[str]) -> dict[str, int]:
+    """The longest prefix each of ``labels`` shares with one of ``others`` (not with each other)."""
+    ordered = sorted(set(others))
+    shared = {}
+    for label in labels:
+        at = bisect.bisect_left(ordered, label)
+        near = ordered[max(at - 1, 0) : at + 1]  # the longest shared prefix is with a neighbour
+        shared[label] = max((len(posixpath.commonprefix([label, o])) for o in near), default=0)
+    return shared
+
+
+def _tally(members: Sequence[Run], noun: str) -> str:
+    """How the calls of one line last ended: ``(3 commands: 1 failed, exit 1; 2 ✓)``."""
+    from context_engine.summarize.ledger import OK, OK_MARK
+
+    counts: dict[str, int] = {}
+    for run in members:
+        counts[run.status] = counts.get(run.status, 0) + 1
+    runs = sum(run.runs for run in members)
+    said = f"{len(members)} {noun}" + (f", {runs} runs" if runs > len(members) else "")
+    if len(counts) == 1:
+        (status,) = counts
+        return f"({said}, all {OK_MARK if status == OK else status})"
+    ended = sorted(counts.items(), key=lambda pair: pair[0] == OK)  # failures first
+    parts = [f"{count} {OK_MARK if status == OK else status}" for status, count in ended]
+    return f"({said}: {'; '.join(parts)})"
+
+
+def _merged(
+    items: list[_Item], quoted: str | None, elsewhere: Sequence[str], noun: str
+) -> list[_Item]:
+    """``items`` with the older calls sharing their dense opening merged into one line each.
+
+    The newest `_NEWEST_WHOLE` items stay as they are. Among the older ones,
+    long labels alike in their first ``DENSE_LABEL_CHARS - 1`` characters
+    (more where a call outside the merge shares them: the opening must name
+    merged calls only) become one item: their longest shared opening and
+    "…", how many calls it stands for and how each last ended, failures'
+    key lines below. It stands where its newest call does.
+    """
+    older = items[: max(len(items) - _NEWEST_WHOLE, 0)]
+    candidates = [
+        item
+        for item in older
+        if item.members and all(len(run.label) > _DENSE_FROM for run in item.members)
+    ]
+    inside = {run.label for item in candidates for run in item.members}
+    outside = [
+        *(run.label for item in items for run in item.members if run.label not in inside),
+        *elsewhere,
+    ]
+    shared = _longest_shared(sorted(inside), outside)
+    opening = DENSE_LABEL_CHARS - 1
+    width: dict[str, int] = {}  # per dense opening: enough to tell every merged call apart
+    for label in inside:
+        head = label[:opening]
+        width[head] = max(width.get(head, opening), shared[label] + 3)
+    buckets: dict[str, list[_Item]] = {}
+    for item in candidates:
+        first = item.members[0].label
+        keys = {run.label[: width[first[:opening]]] for run in item.members}
+        if len(keys) == 1 and all(len(run.label) > width[first[:opening]] for run in item.members):
+            buckets.setdefault(keys.pop(), []).append(item)
+    merged: dict[int, _Item] = {}  # id of a bucket's newest item: the merged item
+    gone: set[int] = set()
+    for bucket in buckets.values():
+        members = [run for item in bucket for run in item.members]
+        head = posixpath.commonprefix([run.label for run in members])
+        if len(bucket) < 2 or any(label.startswith(head) for label in outside):
+            continue
+        failures = dict.fromkeys(  # failing alike, said once
+            one_line(run.key_line, DENSE_KEY_CHARS)
+            for run in members
+            if run.key_line and run.label != quoted
+        )
+        # Cut right after the shared characters, a blank included: ``head …``
+        line = f"- {head}… {_tally(members, noun)}"
+        text = "\n".join([line, *(f"  - {key}" for key in failures)])
+        merged[id(bucket[-1])] = _Item(len(members), text, text, text, tuple(members))
+        gone.update(id(item) for item in bucket[:-1])
+    return [merged.get(id(item), item) for item in items if id(item) not in gone]
 
 
 def render_ledger(ledger: Ledger, max_chars: int, *, others: Sequence[str] = ()) -> str:
@@ -219,6 +329,13 @@ def render_ledger(ledger: Ledger, max_chars: int, *, others: Sequence[str] = ())
         short = _widths(shared, SHORT_LABEL_CHARS, _CLIPPED_FROM)
         dense = _widths(shared, DENSE_LABEL_CHARS, _DENSE_FROM)
         items = [_item(group, quoted, short, dense) for group in groups]
-        section, left = _fitted(title, items, left)
+        section, rest, hidden = _fitted(title, items, left)
+        if hidden:  # not every call fits: the older ones alike share a line
+            elsewhere = [*others, *(run.label for run in ledger.runs if run.command is not command)]
+            noun = "commands" if command else "calls"
+            tighter = _fitted(title, _merged(items, quoted, elsewhere, noun), left)
+            if tighter[2] < hidden:
+                section, rest, _ = tighter
+        left = rest
         sections.append(section)
     return "\n\n".join([*sections, failure] if failure else sections)

@@ -523,3 +523,74 @@ async def test_at_the_size_limit_the_work_log_comes_before_the_prose() -> None:
     assert COUNTER.count_message(checkpoint) <= limit
     assert "fix the build" in checkpoint.summary  # the text's first tokens stay
     assert "decided to keep module" in str(checkpoint.metadata[CONDENSED_KEY])  # not lost
+
+
+def _alike(run: Shell, count: int, *, failing: int | None = None) -> list[Message]:
+    """``count`` greps alike in their first 40 characters, the ``failing``-th one failing."""
+    messages: list[Message] = []
+    for n in range(count):
+        command = f"cd /repo && grep -n 'pattern of the parser' src/module_{n:02d}.py -B5 -A5"
+        if n == failing:
+            messages += run(command, "grep: src/module: No such file or directory", code=2)
+        else:
+            messages += run(command, "1: x")
+    return messages
+
+
+def test_older_calls_alike_in_their_opening_share_one_line_with_how_each_ended() -> None:
+    """When not every call fits, older calls alike in their first 40 characters are one line."""
+    run = Shell()
+    newer = [m for n in range(8) for m in run(f"ls dir_{n}", "a")]  # the newest stay whole
+    older = [m for n in range(30) for m in run(f"cat notes_{n:02d}.txt", "x")]
+    later = run("make build", "make: *** [all] Error 1", code=1)  # the most recent failure
+    ledger = Ledger().update([*older, *_alike(run, 12, failing=4), *later, *newer])
+    text = ledger.render(1_000)
+    opening = "cd /repo && grep -n 'pattern of the parser' src/module_"
+    line = next(line for line in text.splitlines() if line.startswith(f"- {opening}"))
+    assert line == f"- {opening}… (12 commands: 1 failed, exit 2; 11 ✓)"
+    assert "  - grep: src/module: No such file or directory" in text  # the failure's key line
+    assert text.count(opening) == 1
+    assert all(f"- ls dir_{n} ✓" in text for n in range(7))
+    # Without the merge, the hidden count would also hold some of the greps.
+    hidden = int(text.split("(+")[1].split(" ")[0])
+    assert hidden < 30
+    assert ledger.render(100_000).count(opening) == 12  # room enough: each on its own line
+
+
+def test_a_shared_line_never_opens_like_a_call_listed_apart() -> None:
+    """A merged opening is never a prefix of a call outside it (the newest, or shown elsewhere)."""
+    run = Shell()
+    newest = "cd /repo && grep -n 'pattern of the parser' tests/test_parser.py | head"
+    newer = [m for n in range(7) for m in run(f"ls dir_{n}", "a")]
+    older = [m for n in range(30) for m in run(f"cat notes_{n:02d}.txt", "x")]
+    messages = [*older, *_alike(run, 6), *run(newest, "", code=1), *newer]
+    text = Ledger().update(messages).render(700)
+    assert f"- {newest} (exit 1, no output)" in text
+    lines = text.splitlines()
+    merged = [line for line in lines if "commands" in line]
+    assert merged  # the older greps still share a line ...
+    for line in merged:  # ... whose opening the newest grep does not start with
+        assert not newest.startswith(line[2:].split("…")[0])
+    shown_apart = "cd /repo && grep -n 'pattern of the parser' src/module_05.py | tail"
+    assert shown_apart.startswith(merged[0][2:].split("…")[0])
+    apart = Ledger().update(messages).render(700, others=[shown_apart])
+    assert all(line not in apart for line in merged)
+    for line in apart.splitlines():
+        if "commands" in line:
+            assert not shown_apart.startswith(line[2:].split("…")[0])
+
+
+def test_a_dense_cut_never_names_the_bare_command_before_a_pipe() -> None:
+    """``cmd 2>&1…`` would name every later run of ``cmd 2>&1`` with another pipe: kept whole."""
+    run = Shell()
+    base = "cd /repo && tool fix queries.sql -f 2>&1"
+    assert len(base) == DENSE_LABEL_CHARS - 1  # the dense cut would end right there
+    piped = f"{base} | grep -E 'L003|L036' | head -30"
+    plain = "cd /repo && tool fix queries.sql --verbose --rules L003,L036 --dialect ansi"
+    newer = [m for n in range(8) for m in run(f"ls dir_{n}", "a")]
+    older = [m for n in range(30) for m in run(f"cat notes_{n:02d}.txt", "x")]
+    text = Ledger().update([*older, *run(piped, "ok"), *run(plain, "ok"), *newer]).render(700)
+    assert "(+" in text  # the dense pass
+    assert f"- {piped} ✓" in text
+    assert f"- {plain} ✓" not in text  # a cut elsewhere is kept
+    assert f"- {plain[:40]}" in text
