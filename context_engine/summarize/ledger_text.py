@@ -286,11 +286,13 @@ def _merged(
             buckets.setdefault(keys.pop(), []).append(item)
     merged: dict[int, _Item] = {}  # id of a bucket's newest item: the merged item
     gone: set[int] = set()
+    labels = {*(run.label for item in items for run in item.members), *elsewhere}
     for bucket in buckets.values():
         members = [run for item in bucket for run in item.members]
         head = posixpath.commonprefix([run.label for run in members])
-        if len(bucket) < 2 or any(label.startswith(head) for label in outside):
-            continue
+        own = {run.label for run in members}
+        if len(bucket) < 2 or any(x.startswith(head) for x in labels - own):
+            continue  # the line would name a call it does not stand for
         failures = dict.fromkeys(  # failing alike, said once
             one_line(run.key_line, DENSE_KEY_CHARS)
             for run in members
