@@ -39,6 +39,18 @@ def session() -> list[Message]:
     return [*messages, Message.user("And now?"), Message.assistant("Looking.")]
 
 
+def overflow_budget(view: Sequence[Message], threshold: int) -> Budget:
+    """The budget a recovery gets for ``view`` after an overflow at ``threshold``."""
+    return Budget(
+        tokens=measure(view),
+        window=threshold * 2,
+        threshold=threshold,
+        counter=COUNTER,
+        measure=measure,
+        reason="overflow",
+    )
+
+
 async def test_a_recovery_fold_writes_the_checkpoint_from_the_originals_of_cleared_results() -> (
     None
 ):
@@ -48,15 +60,7 @@ async def test_a_recovery_fold_writes_the_checkpoint_from_the_originals_of_clear
         failing, content=(TextBlock("[result cleared]"),), metadata={CLEARED_KEY: True}
     )
     view = tuple(cleared if m is failing else m for m in transcript)
-    threshold = measure(view) // 2
-    budget = Budget(
-        tokens=measure(view),
-        window=threshold * 2,
-        threshold=threshold,
-        counter=COUNTER,
-        measure=measure,
-        reason="overflow",
-    )
+    budget = overflow_budget(view, measure(view) // 2)
     writer = FullSummary(summarizer=ExtractiveSummarizer())
     (digest, _) = recovery_strategies([HardTruncate()], [writer], summary_failed=True)
     result = await digest.apply(transcript, view, budget)
@@ -82,14 +86,7 @@ async def test_a_fold_a_little_smaller_than_the_checkpoint_it_replaces_still_log
     old = ContextSummary(summary="Earlier work. " * words)
     assert limit < COUNTER.count_message(old) < limit * 4 // 3
     view = (transcript[0], old, *transcript[1:])
-    budget = Budget(
-        tokens=measure(view),
-        window=threshold * 2,
-        threshold=threshold,
-        counter=COUNTER,
-        measure=measure,
-        reason="overflow",
-    )
+    budget = overflow_budget(view, threshold)
     (digest, _) = recovery_strategies([HardTruncate()], [writer], summary_failed=True)
     result = await digest.apply(view, view, budget)
     assert result.applied
