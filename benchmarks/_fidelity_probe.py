@@ -205,13 +205,23 @@ def marked_ok(view: View, truth: Truth) -> tuple[int, int]:
 
 
 def _names(line: str, key: str) -> bool:
-    """Whether a note line names the command ``key`` itself, not a longer one that ends with it."""
+    """Whether a note line names the command ``key`` itself, not a longer one.
+
+    Longer: one that ends with it (``pip install x && key``), or one that
+    runs on past its last character without a break (``python -c "print(1)"``
+    is not ``python -c "``, the opening of a script written below it).
+    """
     if not mentions(line, key):
         return False
-    head = _flat(key)[:_PREFIX]
+    flat = _flat(key)
+    head = flat[:_PREFIX]
     start = line.find(head)
     while start >= 0:
-        if (
+        after = line[start + len(flat) : start + len(flat) + 1]
+        runs_on = (
+            line.startswith(flat, start) and after not in ("", "…", "`") and not after.isspace()
+        )
+        if not runs_on and (
             start == 0
             or line[start - 1] in "`'\""
             or line[max(start - 2, 0) : start] in (": ", "- ")

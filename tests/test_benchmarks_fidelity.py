@@ -213,6 +213,25 @@ def test_marked_ok_counts_a_failed_command_called_ok_and_not_a_longer_one() -> N
     assert probe.marked_ok(other, found) == (0, 0)
 
 
+def test_marked_ok_does_not_read_a_complete_script_as_the_opening_of_another() -> None:
+    """``python -c "print(1)" ✓`` says nothing of the script below a bare ``python -c "``."""
+    failed = [
+        Message.assistant(
+            "",
+            tool_calls=[
+                ToolCall("c1", "bash", '{"command": "python -c \\"\\nraise SystemExit(3)\\n\\""}')
+            ],
+        ),
+        Message.tool("c1", "<returncode>1</returncode>\nValueError: no such frame"),
+    ]
+    found = truth.truth_of(failed)
+    assert [key for key, _ in found.last_status()] == ['python -c "']
+    complete = probe.read_view([Message.user('- python -c "print(1)" ✓')])
+    family = probe.read_view([Message.user('- python -c " … ✓ (2 runs)')])
+    assert probe.marked_ok(complete, found) == (0, 0)
+    assert probe.marked_ok(family, found) == (1, 1)
+
+
 # -- the corpus run, its figures asserted as floors --------------------------------------------
 
 # The quick run's figures less about 3 points: a change that makes the engine's views forget

@@ -41,7 +41,7 @@ from context_engine.summarize.log import (
 from context_engine.summarize.memo import SummaryMemo
 from context_engine.summarize.originals import restore_originals
 from context_engine.summarize.prompts import DEFAULT_PROMPTS, SummaryPrompts
-from context_engine.summarize.rate import deepened
+from context_engine.summarize.rate import MIN_REMOVED_SHARE, deepened
 from context_engine.summarize.reattach import reattach
 from context_engine.summarize.rehydrate import Rehydration
 from context_engine.summarize.request import Summarizer, summary_reason
@@ -72,6 +72,11 @@ SMALL_WINDOW_CHECKPOINT_TOKENS = 1_600
 """Tokens a checkpoint may take in a window where its default share gives fewer."""
 SMALL_WINDOW_MAX_SHARE = 0.4
 """The most of the threshold `SMALL_WINDOW_CHECKPOINT_TOKENS` may take."""
+SMALL_WINDOW_ROOM_SHARE = 0.6
+"""In a small window, the share of the threshold a checkpoint may grow to in the room its
+cut leaves: the cut is chosen for `FullSummary.checkpoint_limit`, so the messages kept
+verbatim are the same, and the checkpoint takes only what they leave free above
+`context_engine.summarize.rate.MIN_REMOVED_SHARE` of the threshold."""
 
 _TEXT_FIRST_TOKENS = 160
 _JOIN_TOKENS = 4  # the blank line between the text and the log, and tokenizer slack
@@ -161,8 +166,9 @@ class FullSummary:
     )
     """Largest share of the threshold the checkpoint may take; a longer one is condensed.
     None: a fifth, and in a small window up to `SMALL_WINDOW_CHECKPOINT_TOKENS` (at most
-    `SMALL_WINDOW_MAX_SHARE` of the threshold): a session's work log does not shrink with
-    the window, the verbatim tail it leaves room for does."""
+    `SMALL_WINDOW_MAX_SHARE` of the threshold), or up to `SMALL_WINDOW_ROOM_SHARE` where
+    the messages kept verbatim leave that room free: a session's work log does not
+    shrink with the window, the verbatim tail it leaves room for does."""
     ledger_share: float = attrs.field(
         default=0.6,
         validator=share(exclusive_minimum=True, fix="0.6 gives the work log 3/5 of the checkpoint"),
@@ -375,14 +381,21 @@ class FullSummary:
         With the default share, a small window's larger limit is used only as
         far as the messages kept after ``cut`` leave room for it (a long
         newest step would otherwise push the checkpoint into a last resort's
-        cut), and never less than the default share.
+        cut), and never less than the default share; where they leave more,
+        the checkpoint may grow into it up to `SMALL_WINDOW_ROOM_SHARE`.
         """
         limit = self.checkpoint_limit(budget.threshold)
         if self.max_checkpoint_share is not None:
             return limit
         room = _room(view, analyze(view), budget, 0) - cut.kept_tokens
         least = min(limit, max(1, int(DEFAULT_CHECKPOINT_SHARE * budget.threshold)))
-        return max(least, min(limit, room))
+        planned = max(least, min(limit, room))
+        if limit <= int(DEFAULT_CHECKPOINT_SHARE * budget.threshold):
+            return planned  # not a small window
+        # The cut was chosen for `limit`: what the kept messages leave free (the next
+        # steps' headroom apart) goes to the work log, not to a longer verbatim tail.
+        free = room - int(MIN_REMOVED_SHARE * budget.threshold)
+        return max(planned, min(int(SMALL_WINDOW_ROOM_SHARE * budget.threshold), free))
 
     def checkpoint_limit(self, threshold: int) -> int:
         """The most tokens a checkpoint may take under ``threshold``."""

@@ -37,11 +37,13 @@ __all__ = [
     "LEDGER_TITLES",
     "OK",
     "OK_MARK",
+    "RAN_MARK",
     "TOOLS",
     "Failure",
     "Ledger",
     "Run",
     "call_label",
+    "names_scripts",
 ]
 
 LEDGER_KEY = "context_engine.ledger"
@@ -66,6 +68,12 @@ OK = "ok"
 """The status of a call that ended well."""
 OK_MARK = "✓"
 """How the work log marks a call whose latest run ended ok."""
+RAN_MARK = "ran"
+"""How it marks an inline script's opening line whose latest script ended ok.
+
+That label names every script the agent runs behind the same opening
+(``python -c " …``), not one program: a check mark on it would vouch for the
+next script too, which the checkpoint has not seen run."""
 
 
 def _code(label: str) -> str:
@@ -86,6 +94,11 @@ def _quote_left_open(text: str) -> bool:
         elif char in "'\"":
             quote = char
     return bool(quote)
+
+
+def names_scripts(label: str) -> bool:
+    """Whether ``label`` is an opening line standing for the inline scripts run behind it."""
+    return label.endswith(" …") and _quote_left_open(label[:-2])
 
 
 def _opening(text: str, least: int = 0, *, shell: bool = False) -> str:
@@ -192,7 +205,9 @@ class Run:
         """The label (clipped to ``label_chars`` with "…" when given) and the status, one line.
 
         ``cmd ✓`` for a call that ended ok, ``cmd (failed, exit 1)`` otherwise,
-        the number of runs added when it ran more than once: ``cmd ✓ (3 runs)``.
+        the number of runs added when it ran more than once: ``cmd ✓ (3 runs)``;
+        an inline script's opening line that ended ok gets no check mark
+        (``python -c " … (3 runs)``, `RAN_MARK`).
         A work log lists hundreds of calls: a check mark and the bare label keep
         each item short, so more of them fit. The label is clipped after a whole
         word, or (``whole_words=False``, the densest form) right at
@@ -205,6 +220,8 @@ class Run:
         else:
             label = _clip_at(self.label, label_chars)
         times = f"{self.runs} runs" if self.runs > 1 else ""
+        if self.status == OK and names_scripts(self.label):
+            return f"{label} ({times or RAN_MARK})"
         if self.status == OK:
             return f"{label} {OK_MARK}" + (f" ({times})" if times else "")
         return f"{label} ({self.status}{', ' + times if times else ''})"

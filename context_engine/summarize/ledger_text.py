@@ -234,19 +234,25 @@ def _longest_shared(labels: Sequence[str], others: Sequence[str]) -> dict[str, i
 
 def _tally(members: Sequence[Run], noun: str) -> str:
     """How the calls of one line last ended: ``(3 commands: 1 failed, exit 1; 2 ✓)``."""
-    from context_engine.summarize.ledger import OK, OK_MARK
+    from context_engine.summarize.ledger import OK, OK_MARK, RAN_MARK, names_scripts
+
+    def mark(run: Run) -> str:
+        if run.status != OK:
+            return run.status
+        return RAN_MARK if names_scripts(run.label) else OK_MARK
 
     counts: dict[str, int] = {}
     for run in members:
-        counts[run.status] = counts.get(run.status, 0) + 1
+        counts[mark(run)] = counts.get(mark(run), 0) + 1
     runs = sum(run.runs for run in members)
     said = f"{len(members)} {noun}" + (f", {runs} runs" if runs > len(members) else "")
     if len(counts) == 1:
         (status,) = counts
-        return f"({said}, all {OK_MARK if status == OK else status})"
-    ended = sorted(counts.items(), key=lambda pair: pair[0] == OK)  # failures first
-    parts = [f"{count} {OK_MARK if status == OK else status}" for status, count in ended]
-    return f"({said}: {'; '.join(parts)})"
+        return f"({said}, all {status})"
+    ended = sorted(
+        counts.items(), key=lambda pair: pair[0] in (OK_MARK, RAN_MARK)
+    )  # failures first
+    return f"({said}: {'; '.join(f'{count} {status}' for status, count in ended)})"
 
 
 def _merged(

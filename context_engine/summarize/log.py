@@ -42,24 +42,34 @@ def fit_ledger(
     """
     if not ledger:
         return ""
+    high = max(1, max_tokens) * _MAX_CHARS_PER_TOKEN
+    whole = ledger.render(high, others=others)
+    if counter.count_text(whole) <= max_tokens and not _hides(whole):
+        return whole
     # The largest character budget whose rendering fits: start from 4 characters a
-    # token, then bisect between the best that fitted and the least that did not.
-    fitted, over = "", None
-    low, high = 0, max(1, max_tokens) * _MAX_CHARS_PER_TOKEN
+    # token, then bisect between the best that fitted and the least that did not. A
+    # short rendering does not mean all is shown: one long item (a command with many
+    # variants) that misses the budget leaves the older ones out with it.
+    fitted, over, low = "", whole, 0
     chars = max(1, max_tokens) * 4
     for _ in range(_FITS):
         text = ledger.render(chars, others=others)
         tokens = counter.count_text(text)
         if tokens <= max_tokens:
             fitted, low = text, chars
-            if tokens * _CLOSE_ENOUGH >= max_tokens * (_CLOSE_ENOUGH - 1) or len(text) < chars // 2:
-                break  # close to the budget, or everything shown already
+            if tokens * _CLOSE_ENOUGH >= max_tokens * (_CLOSE_ENOUGH - 1):
+                break  # close to the budget
         else:
             over, high = text, chars
         chars = (low + high) // 2 if over is not None else high
         if high - low <= 1:
             break
     return fitted or over or ""
+
+
+def _hides(text: str) -> bool:
+    """Whether a rendered log counts calls it has no room for (``- (+N more)``)."""
+    return any(_NOTE.match(line) for line in text.splitlines())
 
 
 def without_ledger(text: str) -> str:

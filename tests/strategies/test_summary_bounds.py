@@ -305,3 +305,47 @@ def test_a_small_window_gives_the_checkpoint_room_for_its_work_log() -> None:
     assert default.checkpoint_limit(100_000) == 20_000
     chosen = FullSummary(summarizer=RecordingSummarizer(), max_checkpoint_share=0.2)
     assert chosen.checkpoint_limit(3_904) == int(0.2 * 3_904)
+
+
+def probing_steps(count: int) -> list[Message]:
+    """Distinct greps with short answers: a work log that outgrows a small window's checkpoint."""
+    out: list[Message] = []
+    for n in range(count):
+        command = f"grep -rn 'def handler_{n}_' src/package/module_{n}/ --include=*.py"
+        call = ToolCall(f"g{n}", "bash", f'{{"command": "{command}"}}')
+        out.append(Message.assistant(f"Looking for handler {n}.", [call]))
+        out.append(Message.tool(call.id, f"src/package/module_{n}/core.py:{n}: def handler_{n}_"))
+    return out
+
+
+async def test_a_small_window_checkpoint_grows_into_the_room_its_kept_messages_leave(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The cut is chosen for the planned size, so the same messages stay verbatim; the room
+    they leave free (the next steps' headroom apart) lists more of the work log."""
+    from context_engine.strategies import summary
+
+    threshold = 3_904
+    view = [Message.system("You are a coding agent."), Message.user(REQUEST)]
+    view += probing_steps(250)
+    pressure = budget(view, archiving=False, threshold=threshold)
+    strategy = FullSummary(summarizer=ExtractiveSummarizer(), keep_recent_tokens=600)
+    planned_limit = strategy.checkpoint_limit(threshold)
+    grown = await strategy.apply(view, view, pressure)
+    monkeypatch.setattr(summary, "SMALL_WINDOW_ROOM_SHARE", summary.SMALL_WINDOW_MAX_SHARE)
+    planned = await strategy.apply(view, view, pressure)
+
+    def kept(messages: tuple[Message, ...]) -> list[Message]:
+        return [m for m in messages if m in view[2:]]
+
+    assert kept(grown.messages) == kept(planned.messages)  # the same verbatim tail
+    big, small = checkpoint_of(grown.messages), checkpoint_of(planned.messages)
+    assert COUNTER.count_message(small) <= planned_limit < COUNTER.count_message(big)
+    assert COUNTER.count_message(big) <= 0.6 * threshold
+    assert measure(grown.messages) <= 0.9 * threshold  # headroom for the next steps
+
+    def hidden(checkpoint: ContextSummary) -> int:
+        note = checkpoint.text.partition("- (+")[2]
+        return int(note.split(" more)")[0]) if note else 0
+
+    assert hidden(big) < hidden(small)

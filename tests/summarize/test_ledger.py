@@ -353,6 +353,27 @@ def test_the_log_fills_its_budget_without_passing_it(budget_tokens: int) -> None
     assert COUNTER.count_text(log) >= 0.9 * budget_tokens
 
 
+def test_a_long_item_that_misses_a_half_budget_does_not_empty_the_log() -> None:
+    """A command run with many variants is one long item: cut out of a trial rendering, it
+    takes every older call with it, and that short text is not "everything shown"."""
+    dense = FixedTokenCounter(chars_per_token=3)  # denser than the first trial's 4
+    run = Shell()
+    older = [m for n in range(60) for m in run(f"grep -n handler_{n} src/app_{n}.py", "1: x")]
+    stem = 'echo \\"select id from tbl;;\\" | sqlfluff lint - 2>&1'
+    variants = [
+        m
+        for tail in [
+            "",
+            *(f" | grep -B{n} -A{n} 'check_still_complete in the parser'" for n in range(12)),
+        ]
+        for m in run(stem + tail, "E", 1)
+    ]
+    ledger = Ledger().update([*older, *variants, *run("git status --short", "M a.py")])
+    log = fit_ledger(ledger, 600, dense)
+    assert dense.count_text(log) >= 0.9 * 600
+    assert "grep -n handler_59 src/app_59.py ✓" in log
+
+
 def test_variants_failing_alike_quote_their_key_line_once() -> None:
     """Key lines shared by several variants of a command are listed once under the item."""
     run = Shell()
@@ -476,6 +497,23 @@ def test_scripts_behind_one_opening_line_are_one_item_with_the_last_status() -> 
     text = ledger.render(10_000)
     assert "✓" not in text.replace("- ls ✓", "")  # no older script's check mark
     assert text.count(KEY) == 1  # the failure's key line is kept, quoted once
+
+
+def test_scripts_behind_one_opening_line_that_ended_ok_get_no_check_mark() -> None:
+    """The opening stands for every script run behind it: a check mark would vouch for the next.
+
+    A checkpoint listing ``python -c " … ✓`` reads as "that check passes" once
+    a later, different script behind the same line fails in the verbatim tail.
+    """
+    run = Shell()
+    head = 'cd /repo && python -c \\"\\nimport numpy as np\\n'
+    one = Ledger().update(run(head + 'print(np.zeros(2))\\n\\"', "[0. 0.]"))
+    assert one.runs[-1].head() == 'cd /repo && python -c " … (ran)'
+    two = one.update(run(head + 'print(np.ones(2))\\n\\"', "[1. 1.]"))
+    assert two.runs[-1].head() == 'cd /repo && python -c " … (2 runs)'
+    assert "✓" not in two.render(10_000)
+    closed = Ledger().update(run('python -c \\"print(1)\\"', "1"))
+    assert closed.runs[-1].head() == 'python -c "print(1)" ✓'  # one program: its own mark
 
 
 def test_a_short_room_lists_every_command_by_its_first_40_characters() -> None:
