@@ -118,12 +118,14 @@ class TruncationFold:
         started = time.perf_counter()
         view = tuple(view)
         head = _Head.of(view)
-        limit = self.writer.checkpoint_limit(budget.threshold)
+        # A checkpoint that grew into a small window's free room may keep that size.
+        old = head.checkpoint_tokens(view, budget)
+        grown = min(old, self.writer.grown_limit(budget.threshold))
+        limit = max(self.writer.checkpoint_limit(budget.threshold), grown)
         # A fold never writes a checkpoint much smaller than the one it replaces (paid for,
         # the agent's memory): below that the plain cut keeps it and drops the tail instead.
         # A little smaller is better than that cut: the work log and the condensed prose
         # stay whole in the new checkpoint's metadata, while the cut's calls are lost.
-        old = head.checkpoint_tokens(view, budget)
         least = max(_MIN_CHECKPOINT_TOKENS, int(old * _LEAST_KEPT))
         if limit < least:
             return StrategyResult.unchanged(view)

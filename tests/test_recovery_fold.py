@@ -93,3 +93,26 @@ async def test_a_fold_a_little_smaller_than_the_checkpoint_it_replaces_still_log
     checkpoint = next(m for m in result.messages if m.is_summary)
     assert checkpoint is not old
     assert "pytest tests/test_rows.py -k case0" in str(checkpoint.metadata[LEDGER_KEY])
+
+
+async def test_a_checkpoint_grown_into_a_small_windows_room_is_folded_not_cut() -> None:
+    """A small window's checkpoint may grow past `checkpoint_limit` into free room; a
+    recovery then folds at its size rather than refusing and cutting it to a marker."""
+    transcript = session()
+    threshold = measure(transcript) // 2
+    writer = FullSummary(summarizer=ExtractiveSummarizer())
+    limit, grown = writer.checkpoint_limit(threshold), writer.grown_limit(threshold)
+    assert limit < grown  # a small window
+    words = 1
+    while COUNTER.count_message(ContextSummary(summary="Earlier work. " * words)) < limit * 1.4:
+        words += 1
+    old = ContextSummary(summary="Earlier work. " * words)
+    assert limit * 4 // 3 < COUNTER.count_message(old) <= grown
+    view = (transcript[0], old, *transcript[1:])
+    (digest, _) = recovery_strategies([HardTruncate()], [writer], summary_failed=True)
+    result = await digest.apply(view, view, overflow_budget(view, threshold))
+    assert result.applied
+    checkpoint = next(m for m in result.messages if m.is_summary)
+    assert checkpoint is not old
+    assert "pytest tests/test_rows.py -k case0" in str(checkpoint.metadata[LEDGER_KEY])
+    assert measure(result.messages) <= threshold

@@ -390,12 +390,23 @@ class FullSummary:
         room = _room(view, analyze(view), budget, 0) - cut.kept_tokens
         least = min(limit, max(1, int(DEFAULT_CHECKPOINT_SHARE * budget.threshold)))
         planned = max(least, min(limit, room))
-        if limit <= int(DEFAULT_CHECKPOINT_SHARE * budget.threshold):
-            return planned  # not a small window
         # The cut was chosen for `limit`: what the kept messages leave free (the next
         # steps' headroom apart) goes to the work log, not to a longer verbatim tail.
         free = room - int(MIN_REMOVED_SHARE * budget.threshold)
-        return max(planned, min(int(SMALL_WINDOW_ROOM_SHARE * budget.threshold), free))
+        return max(planned, min(self.grown_limit(budget.threshold), free))
+
+    def grown_limit(self, threshold: int) -> int:
+        """The most tokens a checkpoint may grow to where its kept messages leave the room.
+
+        `SMALL_WINDOW_ROOM_SHARE` of ``threshold`` in a small window (where
+        `checkpoint_limit` is above the default share), else `checkpoint_limit`.
+        """
+        limit = self.checkpoint_limit(threshold)
+        if self.max_checkpoint_share is not None:
+            return limit
+        if limit <= int(DEFAULT_CHECKPOINT_SHARE * threshold):
+            return limit  # not a small window
+        return max(limit, int(SMALL_WINDOW_ROOM_SHARE * threshold))
 
     def checkpoint_limit(self, threshold: int) -> int:
         """The most tokens a checkpoint may take under ``threshold``."""
