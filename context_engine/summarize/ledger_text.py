@@ -40,6 +40,7 @@ never read as belonging to the wrong variant.
 from __future__ import annotations
 
 import bisect
+import collections
 import itertools
 import posixpath
 from collections.abc import Sequence
@@ -241,9 +242,7 @@ def _tally(members: Sequence[Run], noun: str) -> str:
             return run.status
         return RAN_MARK if names_scripts(run.label) else OK_MARK
 
-    counts: dict[str, int] = {}
-    for run in members:
-        counts[mark(run)] = counts.get(mark(run), 0) + 1
+    counts = collections.Counter(mark(run) for run in members)
     runs = sum(run.runs for run in members)
     said = f"{len(members)} {noun}" + (f", {runs} runs" if runs > len(members) else "")
     if len(counts) == 1:

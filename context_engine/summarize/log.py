@@ -61,10 +61,10 @@ def fit_ledger(
                 break  # close to the budget
         else:
             over, high = text, chars
-        chars = (low + high) // 2 if over is not None else high
+        chars = (low + high) // 2
         if high - low <= 1:
             break
-    return fitted or over or ""
+    return fitted or over
 
 
 def _hides(text: str) -> bool:
