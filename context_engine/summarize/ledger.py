@@ -220,11 +220,24 @@ class Run:
         else:
             label = _clip_at(self.label, label_chars)
         times = f"{self.runs} runs" if self.runs > 1 else ""
-        if self.status == OK and names_scripts(self.label):
+        mark = self.mark
+        if mark == RAN_MARK:
             return f"{label} ({times or RAN_MARK})"
-        if self.status == OK:
+        if mark == OK_MARK:
             return f"{label} {OK_MARK}" + (f" ({times})" if times else "")
         return f"{label} ({self.status}{', ' + times if times else ''})"
+
+    @property
+    def mark(self) -> str:
+        """How the latest run ended, as an item says it.
+
+        `OK_MARK` for a call that ended ok, `RAN_MARK` for an inline script's
+        opening line that did (the label stands for every script behind it,
+        the next one too), else the status.
+        """
+        if self.status != OK:
+            return self.status
+        return RAN_MARK if names_scripts(self.label) else OK_MARK
 
     def item(self, *, key_line: bool = True) -> str:
         """The checkpoint item: label, status (and runs), key error line indented below."""

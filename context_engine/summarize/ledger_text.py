@@ -78,7 +78,8 @@ _NOTE_ROOM = 16  # "- (+NNN more)" and its line break
 # What may follow a command for another to count as its variant: more words, a pipe.
 # A list operator starts another command ("cd /testbed && x" is no variant of "cd /testbed").
 _NOT_A_VARIANT = ("&&", "||", ";", "& ", "&\n")
-_PIPES = ("|", ">", "2>", "<")  # what starts a command's pipe or redirection
+# What starts a command's pipe or redirection ("2>&1", "|&" and "&>" included).
+_PIPES = ("|", ">", "2>", "<", "&>", ">&", "|&")
 
 
 @attrs.frozen
@@ -159,7 +160,16 @@ def _bare(label: str, width: int) -> bool:
     flat = " ".join(label.split())
     kept = flat[: width - 1]
     kept = flat[:width] if kept.endswith(" ") else kept
-    return flat[len(kept) :].lstrip().startswith(_PIPES) or kept.rstrip().endswith(_PIPES)
+    return _ends_at_pipe(kept, flat)
+
+
+def _ends_at_pipe(opening: str, label: str) -> bool:
+    """Whether ``opening`` of ``label`` ends where a pipe or a redirection starts, or in one.
+
+    ``opening…`` then reads as the bare command with any pipe: also the next
+    run of it the agent makes with another one.
+    """
+    return label[len(opening) :].lstrip().startswith(_PIPES) or opening.rstrip().endswith(_PIPES)
 
 
 def _item(
@@ -235,14 +245,9 @@ def _longest_shared(labels: Sequence[str], others: Sequence[str]) -> dict[str, i
 
 def _tally(members: Sequence[Run], noun: str) -> str:
     """How the calls of one line last ended: ``(3 commands: 1 failed, exit 1; 2 ✓)``."""
-    from context_engine.summarize.ledger import OK, OK_MARK, RAN_MARK, names_scripts
+    from context_engine.summarize.ledger import OK_MARK, RAN_MARK
 
-    def mark(run: Run) -> str:
-        if run.status != OK:
-            return run.status
-        return RAN_MARK if names_scripts(run.label) else OK_MARK
-
-    counts = collections.Counter(mark(run) for run in members)
+    counts = collections.Counter(run.mark for run in members)
     runs = sum(run.runs for run in members)
     said = f"{len(members)} {noun}" + (f", {runs} runs" if runs > len(members) else "")
     if len(counts) == 1:
@@ -298,6 +303,8 @@ def _merged(
         own = {run.label for run in members}
         if len(bucket) < 2 or any(x.startswith(head) for x in labels - own):
             continue  # the line would name a call it does not stand for
+        if any(_ends_at_pipe(head, run.label) for run in members):
+            continue  # the line would name the bare command: its next run with another pipe too
         failures = dict.fromkeys(  # failing alike, said once
             one_line(run.key_line, DENSE_KEY_CHARS)
             for run in members

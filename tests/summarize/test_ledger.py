@@ -632,3 +632,44 @@ def test_a_dense_cut_never_names_the_bare_command_before_a_pipe() -> None:
     assert f"- {piped} ✓" in text
     assert f"- {plain} ✓" not in text  # a cut elsewhere is kept
     assert f"- {plain[:40]}" in text
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "cd /repo && tool fix queries.sql --force &> fix.log && tail -30 fix.log",
+        "cd /repo && tool fix queries.sql -ff 2>&1 | grep -E 'L003|L036' | head -30",
+    ],
+)
+def test_a_dense_cut_never_names_the_bare_command_before_any_redirection(command: str) -> None:
+    """``&>`` and ``2>&1`` start a redirection as ``|`` and ``>`` do: the label is kept whole."""
+    run = Shell()
+    newer = [m for n in range(8) for m in run(f"ls dir_{n}", "a")]
+    older = [m for n in range(30) for m in run(f"cat notes_{n:02d}.txt", "x")]
+    text = Ledger().update([*older, *run(command, "ok"), *newer]).render(700)
+    assert "(+" in text  # the dense pass
+    assert f"- {command} ✓" in text
+
+
+def test_a_shared_line_never_ends_where_a_pipe_starts() -> None:
+    """Older runs of one command with other pipes do not share ``cmd 2>&1 | …``.
+
+    That line would name the bare command with any pipe: the next run of it,
+    which may fail, would read as one of the calls that passed.
+    """
+    run = Shell()
+    command = "cd /repo && python -m pytest tests/test_parser.py 2>&1"
+    pipes = ["tail -5", "grep FAIL", "head -30", "grep -c passed"]
+    piped = [m for pipe in pipes for m in run(f"{command} | {pipe}", "ok")]
+    newer = [m for n in range(8) for m in run(f"ls dir_{n}", "a")]
+    older = [m for n in range(30) for m in run(f"cat notes_{n:02d}.txt", "x")]
+    ledger = Ledger().update([*older, *piped, *newer])
+    assert len(ledger.render(100_000)) > 900  # not every call fits whole: alike ones may merge
+    text = ledger.render(900)
+    assert "commands" not in text  # these do not share a line
+    lines = [line for line in text.splitlines() if line.startswith(f"- {command}")]
+    assert lines  # each listed on its own ...
+    for line in lines:  # ... with an opening that goes past the pipe
+        opening = line[2:].split("…")[0].split(" ✓")[0]
+        assert not opening.rstrip().endswith("|")
+        assert len(opening) > len(f"{command} | ")
