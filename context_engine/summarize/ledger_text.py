@@ -20,7 +20,7 @@ A cut label never ends on a prefix another call of the view shares
 
 When even the dense forms do not all fit, the older calls alike in their
 first 40 characters (greps of one pattern in several files, one test file
-run with other ``-k`` filters) share one line (`_merged`): their common
+run with other ``-k`` filters) share one line (`_merges`): their common
 opening and "…", how many calls it stands for and how each last ended
 (``(3 commands: 1 failed, exit 1; 2 ✓)``, never a bare check mark when one
 failed), a failure's key line below. One line names them all for the room of
@@ -259,10 +259,18 @@ def _tally(members: Sequence[Run], noun: str) -> str:
     return f"({said}: {'; '.join(f'{count} {status}' for status, count in ended)})"
 
 
-def _merged(
+@attrs.frozen
+class _Merge:
+    """One line standing for older calls alike: the items it replaces and the merged item."""
+
+    bucket: tuple[_Item, ...]
+    item: _Item
+
+
+def _merges(
     items: list[_Item], quoted: str | None, elsewhere: Sequence[str], noun: str
-) -> list[_Item]:
-    """``items`` with the older calls sharing their dense opening merged into one line each.
+) -> list[_Merge]:
+    """The lines the older calls sharing their dense opening could share, oldest first.
 
     The newest `_NEWEST_WHOLE` items stay as they are. Among the older ones,
     long labels alike in their first ``DENSE_LABEL_CHARS - 1`` characters
@@ -294,8 +302,7 @@ def _merged(
         keys = {run.label[: width[first[:opening]]] for run in item.members}
         if len(keys) == 1 and all(len(run.label) > width[first[:opening]] for run in item.members):
             buckets.setdefault(keys.pop(), []).append(item)
-    merged: dict[int, _Item] = {}  # id of a bucket's newest item: the merged item
-    gone: set[int] = set()
+    merges: list[_Merge] = []
     labels = {*(run.label for item in items for run in item.members), *elsewhere}
     for bucket in buckets.values():
         members = [run for item in bucket for run in item.members]
@@ -313,9 +320,38 @@ def _merged(
         # Cut right after the shared characters, a blank included: ``head …``
         line = f"- {head}… {_tally(members, noun)}"
         text = "\n".join([line, *(f"  - {key}" for key in failures)])
-        merged[id(bucket[-1])] = _Item(len(members), text, text, text, tuple(members))
-        gone.update(id(item) for item in bucket[:-1])
+        merges.append(_Merge(tuple(bucket), _Item(len(members), text, text, text, tuple(members))))
+    return merges
+
+
+def _merged(items: list[_Item], merges: Sequence[_Merge]) -> list[_Item]:
+    """``items`` with each of ``merges`` applied: one line where its newest call stands."""
+    merged = {id(merge.bucket[-1]): merge.item for merge in merges}
+    gone = {id(item) for merge in merges for item in merge.bucket[:-1]}
     return [merged.get(id(item), item) for item in items if id(item) not in gone]
+
+
+def _fitted_merging(
+    title: str, items: list[_Item], merges: Sequence[_Merge], left: int
+) -> tuple[str, int, int]:
+    """`_fitted` with as few of ``merges`` (the oldest first) as hide the fewest calls.
+
+    A shared line says less of each call than their own lines do (one
+    opening, a tally of how they ended), so the older calls alike share one
+    only as far as the room needs: the fewest merges that hide no more calls
+    than all of them do. The hidden count falls as merges are added, so the
+    fewest are found by bisection.
+    """
+    best = _fitted(title, _merged(items, merges), left)
+    low, high = 1, len(merges)  # `high` merges show as many calls as all of them
+    while low < high:
+        middle = (low + high) // 2
+        tried = _fitted(title, _merged(items, merges[:middle]), left)
+        if tried[2] <= best[2]:
+            high, best = middle, tried
+        else:
+            low = middle + 1
+    return best
 
 
 def render_ledger(ledger: Ledger, max_chars: int, *, others: Sequence[str] = ()) -> str:
@@ -347,7 +383,8 @@ def render_ledger(ledger: Ledger, max_chars: int, *, others: Sequence[str] = ())
         if hidden:  # not every call fits: the older ones alike share a line
             elsewhere = [*others, *(run.label for run in ledger.runs if run.command is not command)]
             noun = "commands" if command else "calls"
-            tighter = _fitted(title, _merged(items, quoted, elsewhere, noun), left)
+            merges = _merges(items, quoted, elsewhere, noun)
+            tighter = _fitted_merging(title, items, merges, left)
             if tighter[2] < hidden:
                 section, rest, _ = tighter
         left = rest

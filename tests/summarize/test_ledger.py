@@ -673,3 +673,25 @@ def test_a_shared_line_never_ends_where_a_pipe_starts() -> None:
         opening = line[2:].split("…")[0].split(" ✓")[0]
         assert not opening.rstrip().endswith("|")
         assert len(opening) > len(f"{command} | ")
+
+
+def test_older_calls_alike_share_lines_only_as_far_as_the_room_needs() -> None:
+    """The oldest alike calls share a line first; newer ones keep their own when that is enough."""
+    run = Shell()
+    older = [m for n in range(20) for m in run(f"cat notes_{n:02d}.txt", "x")]
+    first = "cd /repo && grep -n 'pattern of the parser' src/module_"
+    second = "cd /repo && grep -rn 'another pattern here' lib/file_"
+    alike = [
+        m
+        for opening in (first, second)
+        for n in range(6)
+        for m in run(f"{opening}{n:02d}.py -B5 -A5", "1: x")
+    ]
+    newer = [m for n in range(8) for m in run(f"ls dir_{n}", "a")]
+    ledger = Ledger().update([*older, *alike, *newer])
+    assert len(ledger.render(100_000)) > 1_200  # not every call fits whole
+    text = ledger.render(1_200)
+    assert "(+" not in text  # every call is listed ...
+    assert f"- {first}0… (6 commands, all ✓)" in text  # ... the oldest alike on one line
+    assert text.count(f"- {second}") == 6  # the newer ones each on their own
+    assert ledger.render(700).count("commands, all ✓") == 2  # less room: both share a line
