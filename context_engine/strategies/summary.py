@@ -76,7 +76,8 @@ SMALL_WINDOW_ROOM_SHARE = 0.6
 """In a small window, the share of the threshold a checkpoint may grow to in the room its
 cut leaves: the cut is chosen for `FullSummary.checkpoint_limit`, so the messages kept
 verbatim are the same, and the checkpoint takes only what they leave free above
-`context_engine.summarize.rate.MIN_REMOVED_SHARE` of the threshold."""
+`context_engine.summarize.rate.MIN_REMOVED_SHARE` of the threshold, or all of it when the
+newest step alone takes more than that share (`_headroom`)."""
 
 _TEXT_FIRST_TOKENS = 160
 _JOIN_TOKENS = 4  # the blank line between the text and the log, and tokenizer slack
@@ -382,17 +383,19 @@ class FullSummary:
         far as the messages kept after ``cut`` leave room for it (a long
         newest step would otherwise push the checkpoint into a last resort's
         cut), and never less than the default share; where they leave more,
-        the checkpoint may grow into it up to `SMALL_WINDOW_ROOM_SHARE`.
+        the checkpoint may grow into it up to `SMALL_WINDOW_ROOM_SHARE`, less
+        the next steps' headroom (`_headroom`).
         """
         limit = self.checkpoint_limit(budget.threshold)
         if self.max_checkpoint_share is not None:
             return limit
-        room = _room(view, analyze(view), budget, 0) - cut.kept_tokens
+        shape = analyze(view)
+        room = _room(view, shape, budget, 0) - cut.kept_tokens
         least = min(limit, max(1, int(DEFAULT_CHECKPOINT_SHARE * budget.threshold)))
         planned = max(least, min(limit, room))
-        # The cut was chosen for `limit`: what the kept messages leave free (the next
-        # steps' headroom apart) goes to the work log, not to a longer verbatim tail.
-        free = room - int(MIN_REMOVED_SHARE * budget.threshold)
+        # The cut was chosen for `limit`: what the kept messages leave free goes to
+        # the work log, not to a longer verbatim tail.
+        free = room - _headroom(view, shape, budget)
         return max(planned, min(self.grown_limit(budget.threshold), free))
 
     def grown_limit(self, threshold: int) -> int:
@@ -646,9 +649,27 @@ class FullSummary:
 
 
 def _room(view: tuple[Message, ...], shape: Shape, budget: Budget, size: int) -> int:
-    """Tokens left for the kept messages next to the leading block and a checkpoint of ``size``."""
-    lead = sum(budget.counter.count_message(view[i]) for i in range(shape.lead_end))
-    return budget.threshold - budget.overhead_tokens - lead - size
+    """Tokens left for the kept messages next to the leading block and a checkpoint of ``size``.
+
+    The leading block is measured as the engine measures a view (fixed
+    overhead, the request's own tokens and the usage calibration included),
+    so a checkpoint grown into all of this room still leaves the view at the
+    threshold, not a few tokens over it.
+    """
+    return budget.threshold - budget.measure(list(view[: shape.lead_end])) - size
+
+
+def _headroom(view: tuple[Message, ...], shape: Shape, budget: Budget) -> int:
+    """What a grown checkpoint leaves free for the next steps.
+
+    `MIN_REMOVED_SHARE` of the threshold, so a few steps fit before the next
+    rewrite; nothing when the newest step (the protected tail) alone takes
+    more: a next step of its size would not fit in that share either, so the
+    call after it rewrites all the same, and the room lists more of the log.
+    """
+    share = int(MIN_REMOVED_SHARE * budget.threshold)
+    newest = sum(budget.counter.count_message(view[i]) for i in range(shape.tail_start, len(view)))
+    return share if newest <= share else 0
 
 
 def _over(

@@ -25,7 +25,7 @@ from context_engine.summarize.files import (
     merge,
     track_files,
 )
-from context_engine.summarize.ledger import COMMANDS, FAILURE, TOOLS, Ledger
+from context_engine.summarize.ledger import COMMANDS, FAILURE, OK_LEGEND, TOOLS, Ledger
 from context_engine.summarize.request import SummaryRequest
 from context_engine.summarize.shell import DEFAULT_SHELL_TOOLS
 
@@ -70,13 +70,13 @@ _GIVE_WAY = (
 )  # fmt: skip
 
 _HEADING = regex.compile(r"^#{1,6}\s+(.*\S)\s*$")
-# A call item's label: what comes before its status (`Run.head`); an older
-# checkpoint quoted it in backticks.
+# A call item's label: what comes before its status (`Run.head`), the whole line when
+# the work log left an ok call unmarked; an older checkpoint quoted it in backticks.
 _LABEL = regex.compile(
     r"^(?:``? (?P<quoted>.*?) ``?|`(?P<code>[^`]*)`|(?P<bare>.*?))"
-    r" (?:✓(?: \(\d+ runs\))?|\((?:ok|failed|exit|no result)[^()\n]*\))$"
+    r"(?: (?:✓(?: \(\d+ runs\))?|\((?:ok|failed|exit|no result|ran|\d+ runs)[^()\n]*\)))?$"
 )
-_NOTE = regex.compile(r"^[-*]?\s*\(\+\d+ more\)\s*$")
+_NOTE = regex.compile(rf"^[-*]?\s*(?:\(\+\d+ more\)|{regex.escape(OK_LEGEND)})\s*$")
 _BULLET = regex.compile(r"^\s*(?:[-*•]|\d+[.)])\s+")
 _FENCE = regex.compile(r"```.*?(?:```|\Z)", regex.DOTALL)
 # Sentences end at . ! ? and a space, right after the ideographic full stop and the

@@ -26,7 +26,7 @@ from context_engine.summarize.files import (
     files_in_call,
     parse_arguments,
 )
-from context_engine.summarize.ledger_text import render_ledger
+from context_engine.summarize.ledger_text import OK_LEGEND, render_ledger
 from context_engine.summarize.outcome import content_lines, one_line, outcome
 from context_engine.summarize.shell import DEFAULT_SHELL_TOOLS, command_text
 
@@ -36,6 +36,7 @@ __all__ = [
     "LEDGER_KEY",
     "LEDGER_TITLES",
     "OK",
+    "OK_LEGEND",
     "OK_MARK",
     "RAN_MARK",
     "TOOLS",
@@ -201,17 +202,21 @@ class Run:
     key_line: str | None = None
     runs: int = 1
 
-    def head(self, label_chars: int | None = None, *, whole_words: bool = True) -> str:
+    def head(
+        self, label_chars: int | None = None, *, whole_words: bool = True, ok_mark: bool = True
+    ) -> str:
         """The label (clipped to ``label_chars`` with "…" when given) and the status, one line.
 
         ``cmd ✓`` for a call that ended ok, ``cmd (failed, exit 1)`` otherwise,
         the number of runs added when it ran more than once: ``cmd ✓ (3 runs)``;
         an inline script's opening line that ended ok gets no check mark
-        (``python -c " … (3 runs)``, `RAN_MARK`).
+        (``python -c " … (ran, 3 runs)``, `RAN_MARK`).
         A work log lists hundreds of calls: a check mark and the bare label keep
         each item short, so more of them fit. The label is clipped after a whole
         word, or (``whole_words=False``, the densest form) right at
-        ``label_chars``.
+        ``label_chars``. With ``ok_mark=False`` a call that ended ok has no
+        mark at all (``cmd``, ``cmd (3 runs)``): the work log says once, under
+        its heading, that an item with no status ended ok (`OK_LEGEND`).
         """
         if label_chars is None:
             label = self.label
@@ -222,9 +227,9 @@ class Run:
         times = f"{self.runs} runs" if self.runs > 1 else ""
         mark = self.mark
         if mark == RAN_MARK:
-            return f"{label} ({times or RAN_MARK})"
+            return f"{label} ({RAN_MARK}{', ' + times if times else ''})"
         if mark == OK_MARK:
-            return f"{label} {OK_MARK}" + (f" ({times})" if times else "")
+            return (f"{label} {OK_MARK}" if ok_mark else label) + (f" ({times})" if times else "")
         return f"{label} ({self.status}{', ' + times if times else ''})"
 
     @property
@@ -377,7 +382,7 @@ class Ledger:
         The most recent failure is placed first in the budget (and shown
         last), then as many calls as fit, newest first, briefly before in
         full (`context_engine.summarize.ledger_text`); a section that cannot
-        show every call says ``- (+N more)`` (the rest stays in the metadata).
+        show every call says ``(+N more)`` (the rest stays in the metadata).
         ``others`` are the labels of calls the view shows elsewhere: no call
         is shortened to a prefix one of them shares.
         """

@@ -26,8 +26,15 @@ opening and "…", how many calls it stands for and how each last ended
 failed), a failure's key line below. One line names them all for the room of
 one, and none of them is hidden behind the ``(+N more)``.
 
-The calls the text has no room for are counted (``- (+N more)``) and stay in
+The calls the text has no room for are counted (``(+N more)``) and stay in
 the checkpoint's metadata (`context_engine.summarize.ledger.LEDGER_KEY`).
+
+Every line is spent on calls: an item is its label on a line of its own with
+no bullet (unless the label opens like markup, ``# note…``), and a call that
+ended ok carries no mark, which `OK_LEGEND` says once under each heading; a
+failure's status (``(failed, exit 1)``) and an inline script's ``(ran)``
+follow their label. Bullet and check mark were two of the 17 to 20 tokens a
+dense line takes.
 
 Variants of one command (a label that another extends with more arguments
 or a pipe: ``pytest tests/x.py`` and ``pytest tests/x.py -x``,
@@ -56,11 +63,17 @@ if TYPE_CHECKING:
 __all__ = [
     "DENSE_KEY_CHARS",
     "DENSE_LABEL_CHARS",
+    "OK_LEGEND",
     "SHORT_KEY_CHARS",
     "SHORT_LABEL_CHARS",
     "render_ledger",
 ]
 
+OK_LEGEND = "(ended ok unless a status follows)"
+"""The line under each of the log's call headings: an item that ended ok has no mark.
+
+A check mark on each of hundreds of items costs a token each; said once, the
+room goes to more items."""
 SHORT_LABEL_CHARS = 48
 """A call's label in its short form, "…" included: the command's own opening words."""
 SHORT_KEY_CHARS = 120
@@ -74,10 +87,12 @@ _CLIPPED_FROM = 56  # a shorter label loses too little to be worth its ambiguity
 _DENSE_FROM = 45  # the same for the dense form
 _NEWEST_WHOLE = 8  # the newest calls of a section, never cut
 _LEAST_SAVED = 12  # a cut that saves fewer characters than this is not worth its ambiguity
-_NOTE_ROOM = 16  # "- (+NNN more)" and its line break
+_NOTE_ROOM = 16  # "(+NNNN more)" and its line break
 # What may follow a command for another to count as its variant: more words, a pipe.
 # A list operator starts another command ("cd /testbed && x" is no variant of "cd /testbed").
 _NOT_A_VARIANT = ("&&", "||", ";", "& ", "&\n")
+# What opens a line that reads as markup: a heading, a list item, a quote.
+_MARKUP = ("#", "-", "*", "+", ">")
 # What starts a command's pipe or redirection ("2>&1", "|&" and "&>" included).
 _PIPES = ("|", ">", "2>", "<", "&>", ">&", "|&")
 
@@ -91,6 +106,16 @@ class _Item:
     short: str
     full: str
     members: tuple[Run, ...] = ()
+
+
+def _unmistaken(line: str) -> str:
+    """``line``, with a bullet when it would otherwise read as markup (``# note…``, ``- x``).
+
+    A command may open with a comment or a dash; without a bullet its line
+    would start a heading or a list of its own, for the model and for the
+    parsers that read a checkpoint back.
+    """
+    return f"- {line}" if line.startswith(_MARKUP) else line
 
 
 def _is_variant(rest: str) -> bool:
@@ -187,16 +212,22 @@ def _item(
             # The most recent failure's key line is quoted in its own section already.
             if member.key_line and member.label != quoted
         )  # variants failing alike say so once
-        return "\n".join([f"- {' → '.join(heads)}", *(f"  - {key}" for key in keys)])
+        return "\n".join([_unmistaken(" → ".join(heads)), *(f"  - {key}" for key in keys)])
 
     # Variants are told apart by their ends: only a call of its own is clipped after
     # a word; the dense form cuts each one, past the prefix it shares with another.
     alone = len(members) == 1
     return _Item(
         len(members),
-        text([m.head(dense[m.label], whole_words=False) for m in members], DENSE_KEY_CHARS),
-        text([m.head(short[m.label] if alone else None) for m in members], SHORT_KEY_CHARS),
-        text([m.head() for m in members], None),
+        text(
+            [m.head(dense[m.label], whole_words=False, ok_mark=False) for m in members],
+            DENSE_KEY_CHARS,
+        ),
+        text(
+            [m.head(short[m.label] if alone else None, ok_mark=False) for m in members],
+            SHORT_KEY_CHARS,
+        ),
+        text([m.head(ok_mark=False) for m in members], None),
         tuple(members),
     )
 
@@ -206,7 +237,7 @@ def _fitted(title: str, items: list[_Item], left: int) -> tuple[str, int, int]:
 
     Returns the text, the characters left and the number of calls hidden.
     """
-    used = len(title) + 4
+    used = len(title) + 4 + len(OK_LEGEND) + 1
     shown: list[str] = []
     for age, item in enumerate(reversed(items)):
         # The newest calls are the ones an agent runs again with other arguments:
@@ -226,9 +257,9 @@ def _fitted(title: str, items: list[_Item], left: int) -> tuple[str, int, int]:
                 shown[at] = wide
                 used += wider
     hidden = sum(item.runs for item in items[: len(items) - len(shown)])
-    lines = [f"## {title}", *reversed(shown)]
+    lines = [f"## {title}", OK_LEGEND, *reversed(shown)]
     if hidden:
-        lines.insert(1, f"- (+{hidden} more)")
+        lines.insert(2, f"(+{hidden} more)")
     return "\n".join(lines), left - used, hidden
 
 
@@ -318,7 +349,7 @@ def _merges(
             if run.key_line and run.label != quoted
         )
         # Cut right after the shared characters, a blank included: ``head …``
-        line = f"- {head}… {_tally(members, noun)}"
+        line = _unmistaken(f"{head}… {_tally(members, noun)}")
         text = "\n".join([line, *(f"  - {key}" for key in failures)])
         merges.append(_Merge(tuple(bucket), _Item(len(members), text, text, text, tuple(members))))
     return merges

@@ -30,7 +30,7 @@ _MAX_CHARS_PER_TOKEN = 8  # no log is sparser: the bisection's upper bound
 _CLOSE_ENOUGH = 50  # within 2 % of the budget: stop
 _FILE_TITLES = frozenset({"files modified", "files read"})
 _ITEM = regex.compile(r"^\s*[-*]\s+(.*\S)\s*$")
-_NOTE = regex.compile(r"^\s*[-*]\s*\(\+\d+ more\)\s*$")
+_NOTE = regex.compile(r"^\s*(?:[-*]\s*)?\(\+\d+ more\)\s*$")
 
 
 def fit_ledger(
@@ -68,7 +68,7 @@ def fit_ledger(
 
 
 def _hides(text: str) -> bool:
-    """Whether a rendered log counts calls it has no room for (``- (+N more)``)."""
+    """Whether a rendered log counts calls it has no room for (``(+N more)``)."""
     return any(_NOTE.match(line) for line in text.splitlines())
 
 

@@ -345,7 +345,35 @@ async def test_a_small_window_checkpoint_grows_into_the_room_its_kept_messages_l
     assert measure(grown.messages) <= 0.9 * threshold  # headroom for the next steps
 
     def hidden(checkpoint: ContextSummary) -> int:
-        note = checkpoint.text.partition("- (+")[2]
+        note = checkpoint.text.partition("\n(+")[2]
         return int(note.split(" more)")[0]) if note else 0
 
     assert hidden(big) < hidden(small)
+
+
+async def test_a_small_window_checkpoint_leaves_no_headroom_a_step_like_the_newest_would_miss() -> (
+    None
+):
+    """Headroom the size of a tenth of the threshold is kept for the next steps only when the
+    newest step fits in it: a next step like a larger newest one rewrites the checkpoint on the
+    next call all the same, so that room lists more of the work log instead."""
+    threshold = 3_904
+    short_step = [Message.system("You are a coding agent."), Message.user(REQUEST)]
+    short_step += probing_steps(250)
+    call = ToolCall("big", "bash", '{"command": "cat src/package/module_0/core.py"}')
+    long_step = [*short_step, Message.assistant("Reading the core.", [call])]
+    long_step.append(Message.tool(call.id, "def handler():\n    return 1\n" * 60))
+    # More kept verbatim than the newest step: the room left, not the share, bounds the log.
+    strategy = FullSummary(summarizer=ExtractiveSummarizer(), keep_recent_tokens=1_500)
+    headroom = int(0.1 * threshold)
+    views = {}
+    for name, view in (("short", short_step), ("long", long_step)):
+        pressure = budget(view, archiving=False, threshold=threshold)
+        result = await strategy.apply(view, view, pressure)
+        assert result.applied
+        views[name] = result.messages
+    newest = COUNTER.count_message(long_step[-2]) + COUNTER.count_message(long_step[-1])
+    assert newest > headroom  # the long step alone would not fit in the headroom
+    assert measure(views["short"]) <= threshold - headroom  # room left for the next steps
+    assert threshold - headroom < measure(views["long"]) <= threshold  # the room goes to the log
+    assert long_step[-1] in views["long"]  # the newest step itself stays verbatim

@@ -14,9 +14,10 @@ from context_engine.strategies.base import Budget
 from context_engine.summarize.bound import CONDENSED_KEY
 from context_engine.summarize.extractive import ExtractiveSummarizer
 from context_engine.summarize.ledger import LEDGER_KEY, Ledger
-from context_engine.summarize.ledger_text import DENSE_LABEL_CHARS, SHORT_LABEL_CHARS
+from context_engine.summarize.ledger_text import DENSE_LABEL_CHARS, OK_LEGEND, SHORT_LABEL_CHARS
 from context_engine.summarize.log import fit_ledger, without_ledger, without_listed_files
 from context_engine.summarize.outcome import Outcome, outcome
+from context_engine.summarize.request import SummaryRequest
 from context_engine.testing import FixedTokenCounter, RecordingSummarizer
 from tests.extras import needs
 
@@ -256,9 +257,10 @@ def test_variants_of_a_command_share_one_item_each_with_its_status() -> None:
     ]
     commands = Ledger().update(messages).render(10_000).split("\n\n")[0]
     assert commands.splitlines()[1:] == [
-        "- lint fix q.sql (failed, exit 1) → lint fix q.sql -f ✓ → lint fix q.sql | head -5 ✓",
-        "- cd /repo ✓",  # a list operator starts another command: no variant
-        "- cd /repo && ls ✓",
+        OK_LEGEND,
+        "lint fix q.sql (failed, exit 1) → lint fix q.sql -f → lint fix q.sql | head -5",
+        "cd /repo",  # a list operator starts another command: no variant
+        "cd /repo && ls",
     ]
 
 
@@ -271,16 +273,16 @@ def test_a_tight_budget_lists_more_calls_briefly_and_the_newest_in_full() -> Non
     ]
     ledger = Ledger().update([m for command in long for m in run(command, "1 passed")])
     full = ledger.render(10_000)
-    assert all(f"{command.strip()} ✓" in full for command in long)
+    assert all(command.strip() in full.splitlines() for command in long)
     tight = ledger.render(len(full) * 3 // 4)
     assert "(+" not in tight  # every call still listed
-    assert all(f"{command.strip()} ✓" in tight for command in long[-8:])  # the newest in full
+    assert all(command.strip() in tight.splitlines() for command in long[-8:])  # the newest in full
     # Short forms end on a whole word: "test_c…" would read as any later "test_c*".
-    assert "- python -m pytest tests/test_module_0.py::test_case… ✓" in tight
-    assert f"- {long[0].strip()} ✓" not in tight
+    assert "python -m pytest tests/test_module_0.py::test_case…" in tight.splitlines()
+    assert long[0].strip() not in tight.splitlines()
     hidden = ledger.render(420)
-    assert "- (+" in hidden
-    assert f"- {long[-1][: SHORT_LABEL_CHARS - 1]}" in hidden
+    assert "\n(+" in hidden
+    assert f"\n{long[-1][: SHORT_LABEL_CHARS - 1]}" in hidden
 
 
 def test_a_short_form_is_never_a_prefix_another_call_shares() -> None:
@@ -293,23 +295,24 @@ def test_a_short_form_is_never_a_prefix_another_call_shares() -> None:
     newer = [m for n in range(8) for m in run(f"ls dir_{n}", "a")]  # the newest stay whole
     messages = [*run(other, "1"), *run(stem + "100", "1 passed"), *run(stem + "50", "1 passed")]
     tight = Ledger().update([*messages, *newer]).render(420)
-    assert "- cd /repo && python -c 'import pkg; print(pkg.__version__,… ✓" in tight
-    assert f"{stem}100 ✓" in tight
-    assert f"{stem}50 ✓" in tight
+    lines = tight.splitlines()
+    assert "cd /repo && python -c 'import pkg; print(pkg.__version__,…" in lines
+    assert f"{stem}100" in lines
+    assert f"{stem}50" in lines
     # A call shown elsewhere in the view (kept after the checkpoint) counts too.
     alone = Ledger().update([*run(stem + "10", "1 passed"), *newer])
-    cut = f"- {stem.split(' -xvs')[0]}… ✓"
-    assert cut in alone.render(228)
-    assert cut not in alone.render(228, others=[stem + "20"])
-    assert f"{stem}10 ✓" in alone.render(260, others=[stem + "20"])
+    cut = f"{stem.split(' -xvs')[0]}…"
+    assert cut in alone.render(226).splitlines()
+    assert cut not in alone.render(226, others=[stem + "20"]).splitlines()
+    assert f"{stem}10" in alone.render(242, others=[stem + "20"]).splitlines()
 
 
 def test_hidden_variants_are_counted_one_by_one() -> None:
     """``(+N more)`` counts calls, also when a hidden item holds several variants."""
     run = Shell()
     messages = [*run("make a", "ok"), *run("make a -j4", "ok"), *run("make b " + "x" * 300, "ok")]
-    text = Ledger().update(messages).render(100)
-    assert text.splitlines()[:2] == ["## Commands run", "- (+2 more)"]
+    text = Ledger().update(messages).render(120)
+    assert text.splitlines()[:3] == ["## Commands run", OK_LEGEND, "(+2 more)"]
 
 
 def test_a_tool_taking_its_own_command_line_is_named_by_it() -> None:
@@ -369,9 +372,9 @@ def test_a_long_item_that_misses_a_half_budget_does_not_empty_the_log() -> None:
         for m in run(stem + tail, "E", 1)
     ]
     ledger = Ledger().update([*older, *variants, *run("git status --short", "M a.py")])
-    log = fit_ledger(ledger, 600, dense)
-    assert dense.count_text(log) >= 0.9 * 600
-    assert "grep -n handler_59 src/app_59.py ✓" in log
+    log = fit_ledger(ledger, 700, dense)
+    assert dense.count_text(log) >= 0.9 * 700
+    assert "grep -n handler_59 src/app_59.py" in log.splitlines()
 
 
 def test_variants_failing_alike_quote_their_key_line_once() -> None:
@@ -479,7 +482,8 @@ def test_a_cleared_result_ends_as_its_original_did() -> None:
     assert ledger.runs[-1].status == "failed, exit 0 with a traceback"
     assert ledger.runs[-1].key_line == "RuntimeError: not expanded"
     assert ledger.failure is not None
-    assert "ok" not in ledger.render(10_000).split("\n\n")[0].split("\n")[1]
+    item = ledger.render(10_000).split("\n\n")[0].splitlines()[2]
+    assert item == "cd /repo && python t.py (failed, exit 0 with a traceback)"
 
 
 def test_scripts_behind_one_opening_line_are_one_item_with_the_last_status() -> None:
@@ -495,7 +499,8 @@ def test_scripts_behind_one_opening_line_are_one_item_with_the_last_status() -> 
     assert [run.label for run in ledger.runs] == ["ls", 'cd /repo && python -c " …']
     assert ledger.runs[-1].head() == 'cd /repo && python -c " … (failed, exit 1, 2 runs)'
     text = ledger.render(10_000)
-    assert "✓" not in text.replace("- ls ✓", "")  # no older script's check mark
+    assert "✓" not in text  # no older script's check mark
+    assert 'cd /repo && python -c " … (failed, exit 1, 2 runs)' in text.splitlines()
     assert text.count(KEY) == 1  # the failure's key line is kept, quoted once
 
 
@@ -510,8 +515,9 @@ def test_scripts_behind_one_opening_line_that_ended_ok_get_no_check_mark() -> No
     one = Ledger().update(run(head + 'print(np.zeros(2))\\n\\"', "[0. 0.]"))
     assert one.runs[-1].head() == 'cd /repo && python -c " … (ran)'
     two = one.update(run(head + 'print(np.ones(2))\\n\\"', "[1. 1.]"))
-    assert two.runs[-1].head() == 'cd /repo && python -c " … (2 runs)'
-    assert "✓" not in two.render(10_000)
+    assert two.runs[-1].head() == 'cd /repo && python -c " … (ran, 2 runs)'
+    # In the log, where an item with no status ended ok, the script's line still says "ran".
+    assert 'cd /repo && python -c " … (ran, 2 runs)' in two.render(10_000).splitlines()
     closed = Ledger().update(run('python -c \\"print(1)\\"', "1"))
     assert closed.runs[-1].head() == 'python -c "print(1)" ✓'  # one program: its own mark
 
@@ -526,8 +532,9 @@ def test_a_short_room_lists_every_command_by_its_first_40_characters() -> None:
     ledger = Ledger().update([m for command in commands for m in run(command, "1: x")])
     text = ledger.render(1_300)
     assert "(+" not in text  # every call listed
-    assert all(f"- {command[:40]}" in text for command in commands[:-8])  # cut, kept
-    assert all(f"- {command} ✓" in text for command in commands[-8:])  # the newest in full
+    lines = text.splitlines()
+    assert all(f"\n{command[:40]}" in text for command in commands[:-8])  # cut, kept
+    assert all(command in lines for command in commands[-8:])  # the newest in full
     assert ledger.render(10_000).count("…") == 0  # room enough: no call cut
 
 
@@ -582,13 +589,13 @@ def test_older_calls_alike_in_their_opening_share_one_line_with_how_each_ended()
     older = [m for n in range(30) for m in run(f"cat notes_{n:02d}.txt", "x")]
     later = run("make build", "make: *** [all] Error 1", code=1)  # the most recent failure
     ledger = Ledger().update([*older, *_alike(run, 12, failing=4), *later, *newer])
-    text = ledger.render(1_000)
+    text = ledger.render(850)
     opening = "cd /repo && grep -n 'pattern of the parser' src/module_"
-    line = next(line for line in text.splitlines() if line.startswith(f"- {opening}"))
-    assert line == f"- {opening}… (12 commands: 1 failed, exit 2; 11 ✓)"
+    line = next(line for line in text.splitlines() if line.startswith(opening))
+    assert line == f"{opening}… (12 commands: 1 failed, exit 2; 11 ✓)"
     assert "  - grep: src/module: No such file or directory" in text  # the failure's key line
     assert text.count(opening) == 1
-    assert all(f"- ls dir_{n} ✓" in text for n in range(7))
+    assert all(f"ls dir_{n}" in text.splitlines() for n in range(7))
     # Without the merge, the hidden count would also hold some of the greps.
     hidden = int(text.split("(+")[1].split(" ")[0])
     assert hidden < 30
@@ -603,19 +610,19 @@ def test_a_shared_line_never_opens_like_a_call_listed_apart() -> None:
     older = [m for n in range(30) for m in run(f"cat notes_{n:02d}.txt", "x")]
     messages = [*older, *_alike(run, 6), *run(newest, "", code=1), *newer]
     text = Ledger().update(messages).render(700)
-    assert f"- {newest} (exit 1, no output)" in text
+    assert f"{newest} (exit 1, no output)" in text.splitlines()
     lines = text.splitlines()
     merged = [line for line in lines if "commands" in line]
     assert merged  # the older greps still share a line ...
     for line in merged:  # ... whose opening the newest grep does not start with
-        assert not newest.startswith(line[2:].split("…")[0])
+        assert not newest.startswith(line.split("…")[0])
     shown_apart = "cd /repo && grep -n 'pattern of the parser' src/module_05.py | tail"
-    assert shown_apart.startswith(merged[0][2:].split("…")[0])
+    assert shown_apart.startswith(merged[0].split("…")[0])
     apart = Ledger().update(messages).render(700, others=[shown_apart])
     assert all(line not in apart for line in merged)
     for line in apart.splitlines():
         if "commands" in line:
-            assert not shown_apart.startswith(line[2:].split("…")[0])
+            assert not shown_apart.startswith(line.split("…")[0])
 
 
 def test_a_dense_cut_never_names_the_bare_command_before_a_pipe() -> None:
@@ -629,9 +636,9 @@ def test_a_dense_cut_never_names_the_bare_command_before_a_pipe() -> None:
     older = [m for n in range(30) for m in run(f"cat notes_{n:02d}.txt", "x")]
     text = Ledger().update([*older, *run(piped, "ok"), *run(plain, "ok"), *newer]).render(700)
     assert "(+" in text  # the dense pass
-    assert f"- {piped} ✓" in text
-    assert f"- {plain} ✓" not in text  # a cut elsewhere is kept
-    assert f"- {plain[:40]}" in text
+    assert piped in text.splitlines()
+    assert plain not in text.splitlines()  # a cut elsewhere is kept
+    assert f"\n{plain[:40]}" in text
 
 
 @pytest.mark.parametrize(
@@ -648,7 +655,7 @@ def test_a_dense_cut_never_names_the_bare_command_before_any_redirection(command
     older = [m for n in range(30) for m in run(f"cat notes_{n:02d}.txt", "x")]
     text = Ledger().update([*older, *run(command, "ok"), *newer]).render(700)
     assert "(+" in text  # the dense pass
-    assert f"- {command} ✓" in text
+    assert command in text.splitlines()
 
 
 def test_a_shared_line_never_ends_where_a_pipe_starts() -> None:
@@ -667,10 +674,10 @@ def test_a_shared_line_never_ends_where_a_pipe_starts() -> None:
     assert len(ledger.render(100_000)) > 900  # not every call fits whole: alike ones may merge
     text = ledger.render(900)
     assert "commands" not in text  # these do not share a line
-    lines = [line for line in text.splitlines() if line.startswith(f"- {command}")]
+    lines = [line for line in text.splitlines() if line.startswith(command)]
     assert lines  # each listed on its own ...
     for line in lines:  # ... with an opening that goes past the pipe
-        opening = line[2:].split("…")[0].split(" ✓")[0]
+        opening = line.split("…")[0]
         assert not opening.rstrip().endswith("|")
         assert len(opening) > len(f"{command} | ")
 
@@ -692,6 +699,81 @@ def test_older_calls_alike_share_lines_only_as_far_as_the_room_needs() -> None:
     assert len(ledger.render(100_000)) > 1_200  # not every call fits whole
     text = ledger.render(1_200)
     assert "(+" not in text  # every call is listed ...
-    assert f"- {first}0… (6 commands, all ✓)" in text  # ... the oldest alike on one line
-    assert text.count(f"- {second}") == 6  # the newer ones each on their own
+    assert f"{first}0… (6 commands, all ✓)" in text.splitlines()  # ... the oldest alike
+    assert text.count(f"\n{second}") == 6  # the newer ones each on their own
     assert ledger.render(700).count("commands, all ✓") == 2  # less room: both share a line
+
+
+def test_an_item_that_ended_ok_has_no_mark_and_each_heading_says_so_once() -> None:
+    """A line is the call itself: no bullet, no check mark; a failure keeps its status.
+
+    Each heading's legend says once what a line with no status means, so a
+    model reads every unmarked call as one that ended ok, and every line's
+    tokens go to calls.
+    """
+    run = Shell()
+    lookup = ToolCall("t1", "lookup", '{"id": 7}')
+    messages = [
+        *run("ls -la src", "a.py"),
+        *run("pytest -q tests/test_a.py", "1 failed\nAssertionError: 2 != 3", code=1),
+        *run("make build", "ok"),
+        *run("make build", "ok"),
+        Message.assistant("", tool_calls=[lookup]),
+        Message.tool("t1", "found"),
+    ]
+    ledger = Ledger().update(messages)
+    commands, tools, failure = ledger.render(10_000).split("\n\n")
+    assert commands.splitlines() == [
+        "## Commands run",
+        OK_LEGEND,
+        "ls -la src",
+        "pytest -q tests/test_a.py (failed, exit 1)",
+        "make build (2 runs)",
+    ]
+    assert tools.splitlines() == ["## Other tool calls", OK_LEGEND, 'lookup({"id": 7})']
+    assert failure.startswith("## Most recent failure\n- `pytest -q tests/test_a.py` failed")
+    # Outside the log (an extractive summarizer's own list) an item still carries its mark.
+    assert [run.item() for run in ledger.runs if run.command][-1] == "make build ✓ (2 runs)"
+
+
+def test_an_earlier_log_s_unmarked_item_is_superseded_by_the_call_s_next_run() -> None:
+    """The extractive summarizer reads a checkpoint's log back: an unmarked item names its call."""
+    run = Shell()
+    first = Ledger().update([*run("make build", "ok"), *run("ls", "a.py")]).render(10_000)
+    retry = run("make build", "make: *** [all] Error 2", code=2)
+    text = ExtractiveSummarizer()(
+        SummaryRequest(
+            messages=tuple(retry),
+            prompt_messages=(),
+            previous_summary=first,
+            instructions=None,
+            kind="history",
+            max_tokens=4096,
+        )
+    )
+    commands = text.split("## Commands run\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    # The older "make build" is gone: the call shows its last run only.
+    assert commands == ["- ls", "- make build (failed, exit 2)", "  - make: *** [all] Error 2"]
+    assert OK_LEGEND not in text  # the legend is no item
+
+
+def test_a_call_opening_like_markup_keeps_a_bullet_and_is_read_back_as_a_call() -> None:
+    """A command opening with a comment or a dash would read as a heading or a list item."""
+    run = Shell()
+    messages = [*run("# check the parser\\nls -la src", "a.py"), *run("- x", "", code=2)]
+    ledger = Ledger().update(messages)
+    commands = ledger.render(10_000).split("\n\n")[0]
+    assert commands.splitlines()[2:] == ["- # check the parser …", "- - x (exit 2, no output)"]
+    assert without_ledger(f"## Goal\n- a\n\n{commands}") == "## Goal\n- a"  # no stray heading
+    text = ExtractiveSummarizer()(
+        SummaryRequest(
+            messages=tuple(run("ls", "a.py")),
+            prompt_messages=(),
+            previous_summary=commands,
+            instructions=None,
+            kind="history",
+            max_tokens=4096,
+        )
+    )
+    assert "## check the parser" not in text  # no section made of the comment
+    assert "- # check the parser …" in text.splitlines()
