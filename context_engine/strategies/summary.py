@@ -77,7 +77,7 @@ SMALL_WINDOW_ROOM_SHARE = 0.6
 cut leaves: the cut is chosen for `FullSummary.checkpoint_limit`, so the messages kept
 verbatim are the same, and the checkpoint takes only what they leave free above
 `context_engine.summarize.rate.MIN_REMOVED_SHARE` of the threshold, or all of it when the
-newest step alone takes more than that share (`_headroom`)."""
+newest tool step alone takes more than that share (`_headroom`)."""
 
 _TEXT_FIRST_TOKENS = 160
 _JOIN_TOKENS = 4  # the blank line between the text and the log, and tokenizer slack
@@ -395,7 +395,11 @@ class FullSummary:
         planned = max(least, min(limit, room))
         # The cut was chosen for `limit`: what the kept messages leave free goes to
         # the work log, not to a longer verbatim tail.
-        free = room - _headroom(view, shape, budget)
+        # Pinned messages, re-attached files and hooks take their room after the checkpoint.
+        reserved = (
+            bool(budget.pinned) or self.rehydrate is not None or bool(self.post_summary_hooks)
+        )
+        free = room - _headroom(view, shape, budget, reserved=reserved)
         return max(planned, min(self.grown_limit(budget.threshold), free))
 
     def grown_limit(self, threshold: int) -> int:
@@ -659,17 +663,21 @@ def _room(view: tuple[Message, ...], shape: Shape, budget: Budget, size: int) ->
     return budget.threshold - budget.measure(list(view[: shape.lead_end])) - size
 
 
-def _headroom(view: tuple[Message, ...], shape: Shape, budget: Budget) -> int:
+def _headroom(view: tuple[Message, ...], shape: Shape, budget: Budget, *, reserved: bool) -> int:
     """What a grown checkpoint leaves free for the next steps.
 
     `MIN_REMOVED_SHARE` of the threshold, so a few steps fit before the next
-    rewrite; nothing when the newest step (the protected tail) alone takes
-    more: a next step of its size would not fit in that share either, so the
-    call after it rewrites all the same, and the room lists more of the log.
+    rewrite; nothing when the newest tool step (the protected tail after the
+    newest user message) alone takes more: a next step of its size would not
+    fit in that share either, so the call after it rewrites all the same, and
+    the room lists more of the log. The share stays when something else is
+    ``reserved`` the room after the checkpoint (pinned messages, re-attached
+    files, hooks), and when the tail is a new request with no step yet.
     """
     share = int(MIN_REMOVED_SHARE * budget.threshold)
-    newest = sum(budget.counter.count_message(view[i]) for i in range(shape.tail_start, len(view)))
-    return share if newest <= share else 0
+    step = range(max(shape.tail_start, shape.last_user + 1), len(view))
+    newest = sum(budget.counter.count_message(view[i]) for i in step)
+    return share if reserved or newest <= share else 0
 
 
 def _over(

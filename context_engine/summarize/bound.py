@@ -27,6 +27,7 @@ import regex
 
 from context_engine.errors import SummarizerError
 from context_engine.messages import ContextSummary, Message
+from context_engine.summarize.ledger_text import OK_LEGEND
 from context_engine.tokens import TokenCounter
 
 __all__ = [
@@ -50,7 +51,7 @@ Ask = Callable[[str, int], Awaitable[str]]
 _MIN_ROOM = 16
 _ASKS = 2
 _HEADING = regex.compile(r"^#{1,6}\s")
-_NOTE = regex.compile(r"^[-*]\s*\(\+(\d+) more\)\s*$")
+_NOTE = regex.compile(r"^(?:[-*]\s*)?\(\+(\d+) more\)\s*$")
 
 
 def _strings(value: object) -> tuple[str, ...]:
@@ -203,6 +204,8 @@ def _blocks(text: str) -> list[_Block]:
         note = _NOTE.match(line.strip())
         if _HEADING.match(line):
             blocks.append(_Block(line.rstrip(), []))
+        elif line.strip() == OK_LEGEND and blocks[-1].heading and not blocks[-1].items:
+            blocks[-1].heading += "\n" + OK_LEGEND  # the log's legend stays with its heading
         elif not line.strip():
             continue
         elif note is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import attrs
 import pytest
 
 from context_engine import (
@@ -19,6 +20,7 @@ from context_engine.strategies import FullSummary
 from context_engine.strategies.base import Budget
 from context_engine.summarize.bound import CONDENSED_KEY, Condensed
 from context_engine.summarize.ledger import Ledger
+from context_engine.summarize.pinned import Pinned
 from context_engine.summarize.request import SummaryRequest
 from context_engine.summarize.sections import PREFIX_HEADING
 from context_engine.testing import FixedTokenCounter, RecordingSummarizer
@@ -351,6 +353,16 @@ async def test_a_small_window_checkpoint_grows_into_the_room_its_kept_messages_l
     assert hidden(big) < hidden(small)
 
 
+def short_and_long_step() -> tuple[list[Message], list[Message]]:
+    """A session of short greps, and the same session ending with one long read."""
+    short_step = [Message.system("You are a coding agent."), Message.user(REQUEST)]
+    short_step += probing_steps(250)
+    call = ToolCall("big", "bash", '{"command": "cat src/package/module_0/core.py"}')
+    long_step = [*short_step, Message.assistant("Reading the core.", [call])]
+    long_step.append(Message.tool(call.id, "def handler():\n    return 1\n" * 60))
+    return short_step, long_step
+
+
 async def test_a_small_window_checkpoint_leaves_no_headroom_a_step_like_the_newest_would_miss() -> (
     None
 ):
@@ -358,11 +370,7 @@ async def test_a_small_window_checkpoint_leaves_no_headroom_a_step_like_the_newe
     newest step fits in it: a next step like a larger newest one rewrites the checkpoint on the
     next call all the same, so that room lists more of the work log instead."""
     threshold = 3_904
-    short_step = [Message.system("You are a coding agent."), Message.user(REQUEST)]
-    short_step += probing_steps(250)
-    call = ToolCall("big", "bash", '{"command": "cat src/package/module_0/core.py"}')
-    long_step = [*short_step, Message.assistant("Reading the core.", [call])]
-    long_step.append(Message.tool(call.id, "def handler():\n    return 1\n" * 60))
+    short_step, long_step = short_and_long_step()
     # More kept verbatim than the newest step: the room left, not the share, bounds the log.
     strategy = FullSummary(summarizer=ExtractiveSummarizer(), keep_recent_tokens=1_500)
     headroom = int(0.1 * threshold)
@@ -377,3 +385,26 @@ async def test_a_small_window_checkpoint_leaves_no_headroom_a_step_like_the_newe
     assert measure(views["short"]) <= threshold - headroom  # room left for the next steps
     assert threshold - headroom < measure(views["long"]) <= threshold  # the room goes to the log
     assert long_step[-1] in views["long"]  # the newest step itself stays verbatim
+
+
+async def test_a_small_window_checkpoint_keeps_the_headroom_pins_or_a_new_request_use() -> None:
+    """The tenth stays free where it has a use after the checkpoint: pinned messages are
+    re-injected there whole, and a new request's first steps come next."""
+    threshold = 3_904
+    headroom = int(0.1 * threshold)
+    steps, long_step = short_and_long_step()
+    strategy = FullSummary(summarizer=ExtractiveSummarizer(), keep_recent_tokens=1_500)
+    rule = "Run the linter before you say a task is done. " * 24
+    pinned = attrs.evolve(
+        budget(long_step, archiving=False, threshold=threshold), pinned=Pinned(source=[rule])
+    )
+    assert headroom // 2 < COUNTER.count_text(rule) <= headroom
+    result = await strategy.apply(long_step, long_step, pinned)
+    assert result.applied
+    assert any(m.text == rule for m in result.messages)  # re-injected whole, not shortened
+    new_request = [*steps, Message.assistant("Found them all."), Message.user(REQUEST * 60)]
+    assert COUNTER.count_message(new_request[-1]) > headroom
+    pressure = budget(new_request, archiving=False, threshold=threshold)
+    result = await strategy.apply(new_request, new_request, pressure)
+    assert result.applied
+    assert measure(result.messages) <= threshold - headroom  # room for the request's first steps

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from context_engine.summarize.bound import drop_oldest_items
+from context_engine.summarize.ledger_text import OK_LEGEND
 from context_engine.summarize.sections import PREFIX_HEADING, join_prefix, split_prefix
 from context_engine.testing import FixedTokenCounter
 
@@ -70,3 +71,12 @@ def test_a_checkpoint_text_splits_into_body_and_current_request_section(
 
 def test_no_text_has_no_parts() -> None:
     assert split_prefix(None) == (None, None)
+
+
+def test_the_cut_keeps_the_work_log_s_legend_and_adds_to_its_unbulleted_note() -> None:
+    """The log's lines have no bullet: its legend is no item to drop, its note a count."""
+    log = f"## Commands run\n{OK_LEGEND}\n(+40 more)\nmake a\nmake b\nmake c\nmake d"
+    shorter, dropped = drop_oldest_items(log, len(log) - 10, count)
+    assert dropped == ["make a", "make b"]  # the oldest calls, not the legend or the note
+    assert shorter.startswith(f"## Commands run\n{OK_LEGEND}\n")
+    assert shorter.endswith("make c\nmake d\n- (+42 more)")
