@@ -27,7 +27,7 @@ import regex
 
 from context_engine.errors import SummarizerError
 from context_engine.messages import ContextSummary, Message
-from context_engine.summarize.ledger_text import OK_LEGEND
+from context_engine.summarize.ledger_text import HIDDEN_NOTE, OK_LEGEND
 from context_engine.tokens import TokenCounter
 
 __all__ = [
@@ -51,7 +51,6 @@ Ask = Callable[[str, int], Awaitable[str]]
 _MIN_ROOM = 16
 _ASKS = 2
 _HEADING = regex.compile(r"^#{1,6}\s")
-_NOTE = regex.compile(r"^(?:[-*]\s*)?\(\+(\d+) more\)\s*$")
 
 
 def _strings(value: object) -> tuple[str, ...]:
@@ -201,7 +200,7 @@ def _blocks(text: str) -> list[_Block]:
     """``text`` as headed blocks of items; an item is a line plus its indented continuation."""
     blocks = [_Block(None, [])]
     for line in text.splitlines():
-        note = _NOTE.match(line.strip())
+        note = HIDDEN_NOTE.match(line)
         if _HEADING.match(line):
             blocks.append(_Block(line.rstrip(), []))
         elif line.strip() == OK_LEGEND and blocks[-1].heading and not blocks[-1].items:

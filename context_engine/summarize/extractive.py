@@ -26,6 +26,7 @@ from context_engine.summarize.files import (
     track_files,
 )
 from context_engine.summarize.ledger import COMMANDS, FAILURE, OK_LEGEND, TOOLS, Ledger
+from context_engine.summarize.ledger_text import HIDDEN_NOTE
 from context_engine.summarize.request import SummaryRequest
 from context_engine.summarize.shell import DEFAULT_SHELL_TOOLS
 
@@ -76,7 +77,6 @@ _LABEL = regex.compile(
     r"^(?:``? (?P<quoted>.*?) ``?|`(?P<code>[^`]*)`|(?P<bare>.*?))"
     r"(?: (?:✓(?: \(\d+ runs\))?|\((?:ok|failed|exit|no result|ran|\d+ runs)[^()\n]*\)))?$"
 )
-_NOTE = regex.compile(rf"^[-*]?\s*(?:\(\+\d+ more\)|{regex.escape(OK_LEGEND)})\s*$")
 _BULLET = regex.compile(r"^\s*(?:[-*•]|\d+[.)])\s+")
 _FENCE = regex.compile(r"```.*?(?:```|\Z)", regex.DOTALL)
 # Sentences end at . ! ? and a space, right after the ideographic full stop and the
@@ -147,7 +147,7 @@ def _parse(text: str) -> list[tuple[str, list[str]]]:
         heading = _HEADING.match(line)
         if heading is not None:
             sections.append((heading[1], []))
-        elif not line.strip() or _NOTE.match(line.strip()):
+        elif not line.strip() or HIDDEN_NOTE.match(line) or line.strip() == OK_LEGEND:
             continue
         elif line[:1].isspace() and items:
             items[-1] += "\n" + line.rstrip()

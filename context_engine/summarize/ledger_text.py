@@ -54,6 +54,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import attrs
+import regex
 
 from context_engine.summarize.outcome import one_line
 
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DENSE_KEY_CHARS",
     "DENSE_LABEL_CHARS",
+    "HIDDEN_NOTE",
     "OK_LEGEND",
     "SHORT_KEY_CHARS",
     "SHORT_LABEL_CHARS",
@@ -74,6 +76,8 @@ OK_LEGEND = "(ended ok unless a status follows)"
 
 A check mark on each of hundreds of items costs a token each; said once, the
 room goes to more items."""
+HIDDEN_NOTE = regex.compile(r"^\s*(?:[-*]\s*)?\(\+(\d+) more\)\s*$")
+"""A line counting the calls (or items) a section has no room for, bullet or not; the count."""
 SHORT_LABEL_CHARS = 48
 """A call's label in its short form, "…" included: the command's own opening words."""
 SHORT_KEY_CHARS = 120

@@ -18,6 +18,7 @@ import regex
 from context_engine.messages import ContextSummary
 from context_engine.summarize.bound import bound_checkpoint
 from context_engine.summarize.ledger import LEDGER_KEY, LEDGER_TITLES, Ledger
+from context_engine.summarize.ledger_text import HIDDEN_NOTE
 from context_engine.summarize.sections import join_prefix, split_prefix
 from context_engine.tokens import TokenCounter
 
@@ -30,7 +31,6 @@ _MAX_CHARS_PER_TOKEN = 8  # no log is sparser: the bisection's upper bound
 _CLOSE_ENOUGH = 50  # within 2 % of the budget: stop
 _FILE_TITLES = frozenset({"files modified", "files read"})
 _ITEM = regex.compile(r"^\s*[-*]\s+(.*\S)\s*$")
-_NOTE = regex.compile(r"^\s*(?:[-*]\s*)?\(\+\d+ more\)\s*$")
 
 
 def fit_ledger(
@@ -69,7 +69,7 @@ def fit_ledger(
 
 def _hides(text: str) -> bool:
     """Whether a rendered log counts calls it has no room for (``(+N more)``)."""
-    return any(_NOTE.match(line) for line in text.splitlines())
+    return any(HIDDEN_NOTE.match(line) for line in text.splitlines())
 
 
 def without_ledger(text: str) -> str:
@@ -101,7 +101,7 @@ def without_listed_files(text: str, paths: frozenset[str]) -> str:
 
     def flush() -> None:
         kept = [line for line in section[1:] if line.strip()] if section is not None else []
-        if section is not None and any(not _NOTE.match(line) for line in kept):
+        if section is not None and any(not HIDDEN_NOTE.match(line) for line in kept):
             out.extend(section)
 
     for line in text.splitlines():
